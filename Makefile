@@ -1,0 +1,60 @@
+# aggd — build, test and lab targets. Run `make help` for the list.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin/aggd
+PKGS  := ./...
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/aggd/aggd/internal/buildinfo.Version=$(VERSION)
+
+# Debian/Ubuntu packages the build, the tests and the lab need.
+DEB_PACKAGES := clang llvm libbpf-dev bpftool linux-libc-dev gcc-multilib \
+	iproute2 iperf3 nftables tcpdump ethtool iputils-ping spin \
+	qemu-system-x86 python3-matplotlib
+
+GOLANGCI_LINT_VERSION := v2.15.0
+GOBIN := $(shell $(GO) env GOPATH)/bin
+
+.PHONY: help deps generate build test test-unit test-e2e fuzz bench demo lint clean
+
+help: ## show this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+deps: ## install build/test/lab dependencies (Debian/Ubuntu, idempotent; needs root)
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "deps: installing $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else echo "deps: all Debian packages present"; fi
+	@command -v $(GO) >/dev/null || { echo "deps: Go is missing; install Go >= 1.26 (https://go.dev/doc/install) and re-run"; exit 1; }
+	$(GO) mod download
+	@test -x $(GOBIN)/golangci-lint || GOTOOLCHAIN=local $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+generate: ## compile the BPF programs (bpf2go, little and big endian)
+	$(GO) generate ./internal/bpf/...
+
+build: generate ## build bin/aggd
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/aggd
+
+test: build ## run all tests (unit, BPF in-kernel, fuzz seeds, end-to-end in netns; needs root)
+	$(GO) test -count=1 -timeout 40m $(PKGS)
+
+test-unit: generate ## unit tests only (no root needed for most)
+	$(GO) test -count=1 -short $(PKGS)
+
+fuzz: generate ## run every fuzz target for FUZZTIME each (default 10s)
+	@./scripts/fuzz-all.sh $${FUZZTIME:-10s}
+
+bench: build ## run benchmarks; results in results/bench/*.json
+	./scripts/bench.sh
+
+demo: build ## bring up the virtual lab with three links and show aggd working
+	./test/vm/demo.sh
+
+lint: generate ## gofmt, go vet, golangci-lint
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GOBIN)/golangci-lint run $(PKGS)
+
+clean: ## remove build outputs and generated BPF objects
+	rm -rf bin results
+	find internal/bpf \( -name '*_bpfe[lb].go' -o -name '*_bpfe[lb].o' -o -name '*_bpfe[lb]_test.go' -o -name '*_bpfe[lb]_test.o' \) -delete

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Packet parsing shared by the XDP and tc programs: walk Ethernet (with up to
+ * two VLAN tags), IPv4 and UDP with the bounds checks the verifier needs,
+ * and locate the aggd header of a datagram aimed at the tunnel port.
+ *
+ * Everything here works on plain data/data_end pointers, so both XDP
+ * (xdp_md) and tc (__sk_buff, direct packet access) callers can use it.
+ *
+ * No bitfields from <linux/ip.h>: with host (e.g. x86) uapi headers, the
+ * iphdr version/ihl bitfields are laid out for the host's byte order and would
+ * be wrong in the big-endian object. We read the bytes ourselves instead.
+ */
+#ifndef AGGD_PARSE_H
+#define AGGD_PARSE_H
+
+#include <linux/types.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <bpf/bpf_endian.h>
+
+#include "aggd_wire.h"
+
+/* IPv4 fragment field bits (kernel-internal names, not in uapi). */
+#define AGGD_IP_MF 0x2000
+#define AGGD_IP_OFFSET 0x1fff
+
+/* The maximum number of stacked VLAN tags we look through (802.1ad + 802.1Q). */
+#define AGGD_MAX_VLAN 2
+
+struct aggd_vlan_hdr {
+	__be16 tci;
+	__be16 proto;
+};
+
+/* Layout of the fixed part of an IPv4 header, without bitfields. */
+struct aggd_ipv4_hdr {
+	__u8 ver_ihl;
+	__u8 tos;
+	__be16 tot_len;
+	__be16 id;
+	__be16 frag_off;
+	__u8 ttl;
+	__u8 protocol;
+	__be16 check;
+	__be32 saddr;
+	__be32 daddr;
+};
+
+struct aggd_udp_hdr {
+	__be16 source;
+	__be16 dest;
+	__be16 len;
+	__be16 check;
+};
+
+_Static_assert(sizeof(struct aggd_vlan_hdr) == 4, "VLAN tag is 4 bytes");
+_Static_assert(sizeof(struct aggd_ipv4_hdr) == 20, "IPv4 header is 20 bytes");
+_Static_assert(sizeof(struct aggd_udp_hdr) == 8, "UDP header is 8 bytes");
+
+/* A read position in the packet and its end. */
+struct aggd_cursor {
+	void *pos;
+	void *end;
+};
+
+/*
+ * Skip Ethernet and VLAN tags. On success stores the inner EtherType
+ * (network order) and returns 0; returns -1 if the frame is too short to say.
+ */
+static __always_inline int aggd_parse_eth(struct aggd_cursor *c, __be16 *proto)
+{
+	struct ethhdr *eth = c->pos;
+	__be16 p;
+
+	if ((void *)(eth + 1) > c->end)
+		return -1;
+	p = eth->h_proto;
+	c->pos = eth + 1;
+
+#pragma unroll
+	for (int i = 0; i < AGGD_MAX_VLAN; i++) {
+		struct aggd_vlan_hdr *vh = c->pos;
+
+		if (p != bpf_htons(ETH_P_8021Q) && p != bpf_htons(ETH_P_8021AD))
+			break;
+		if ((void *)(vh + 1) > c->end)
+			return -1;
+		p = vh->proto;
+		c->pos = vh + 1;
+	}
+	*proto = p;
+	return 0;
+}
+
+/*
+ * Check and skip an IPv4 header (including options). Returns the header, or
+ * NULL if it is not a well-formed IPv4 header that fits in the frame.
+ */
+static __always_inline struct aggd_ipv4_hdr *aggd_parse_ipv4(struct aggd_cursor *c)
+{
+	struct aggd_ipv4_hdr *ip = c->pos;
+	__u32 hlen;
+
+	if ((void *)(ip + 1) > c->end)
+		return NULL;
+	if ((ip->ver_ihl >> 4) != 4)
+		return NULL;
+	/* ihl is 4 bits, so hlen is in [0, 60]: a bound the verifier can see. */
+	hlen = (__u32)(ip->ver_ihl & 0x0f) * 4;
+	if (hlen < sizeof(*ip))
+		return NULL;
+	if (c->pos + hlen > c->end)
+		return NULL;
+	c->pos += hlen;
+	return ip;
+}
+
+static __always_inline __u32 aggd_ipv4_hlen(const struct aggd_ipv4_hdr *ip)
+{
+	return (__u32)(ip->ver_ihl & 0x0f) * 4;
+}
+
+/* Non-first fragments carry no UDP header. */
+static __always_inline int aggd_ipv4_is_later_fragment(const struct aggd_ipv4_hdr *ip)
+{
+	return (ip->frag_off & bpf_htons(AGGD_IP_OFFSET)) != 0;
+}
+
+static __always_inline int aggd_ipv4_more_fragments(const struct aggd_ipv4_hdr *ip)
+{
+	return (ip->frag_off & bpf_htons(AGGD_IP_MF)) != 0;
+}
+
+/*
+ * Length checks for a UDP datagram to the tunnel port, whose UDP header the
+ * caller has already bounds-checked (c->pos points right behind it).
+ *
+ * The datagram's length comes from the headers, not from data_end: short
+ * frames carry Ethernet padding behind the datagram (minimum frame 60 bytes),
+ * which must not count as aggd bytes. The IPv4, UDP and frame lengths must
+ * agree, or the kernel would drop the packet later anyway; we count it here.
+ *
+ * For a first fragment (MF set) the UDP length covers the whole datagram while
+ * this packet carries only a part of it; the header must still be in the part.
+ *
+ * On success stores the aggd header and returns AGGD_REASON_NONE.
+ */
+static __always_inline enum aggd_reason
+aggd_locate_hdr(struct aggd_cursor *c, struct aggd_ipv4_hdr *ip, struct aggd_udp_hdr *udp,
+		struct aggd_hdr **hdrp)
+{
+	struct aggd_hdr *hdr = c->pos;
+	__u32 ip_len = bpf_ntohs(ip->tot_len);
+	__u32 udp_len = bpf_ntohs(udp->len);
+	__u32 hlen = aggd_ipv4_hlen(ip);
+	__u32 in_ip; /* datagram bytes (UDP header included) this IPv4 packet carries */
+	__u32 present;
+
+	if (ip_len < hlen + sizeof(*udp) || udp_len < sizeof(*udp))
+		return AGGD_REASON_TRUNCATED;
+	/* The frame must hold the whole IPv4 packet. */
+	if ((void *)ip + ip_len > c->end)
+		return AGGD_REASON_TRUNCATED;
+	in_ip = ip_len - hlen;
+	if (aggd_ipv4_more_fragments(ip)) {
+		present = in_ip;
+	} else {
+		/* UDP claiming more than IPv4 carries is a cut-off datagram. */
+		if (udp_len > in_ip)
+			return AGGD_REASON_TRUNCATED;
+		present = udp_len;
+	}
+	if (present < sizeof(*udp) + AGGD_HDR_LEN)
+		return AGGD_REASON_TRUNCATED;
+	/* Implied by the checks above; repeated in the form the verifier tracks. */
+	if ((void *)(hdr + 1) > c->end)
+		return AGGD_REASON_TRUNCATED;
+	*hdrp = hdr;
+	return AGGD_REASON_NONE;
+}
+
+#endif /* AGGD_PARSE_H */

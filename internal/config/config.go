@@ -1,0 +1,243 @@
+// Package config loads and checks aggd's YAML config files, one for each mode: CPE and
+// headend.
+//
+// Everything is checked before anything touches the network, and every problem is
+// reported at once: the Load and Parse functions return *Problems, which lists each
+// problem with its line and field path. A CLI prints it with
+//
+//	var probs *config.Problems
+//	if errors.As(err, &probs) {
+//		probs.WriteTo(os.Stderr)
+//	}
+//
+// The documented examples are configs/cpe.example.yaml and configs/headend.example.yaml.
+package config
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"regexp"
+	"time"
+)
+
+// Options control how a config is checked.
+type Options struct {
+	// File names the config in messages ("cpe.yaml:12: ..."). The Load functions set it
+	// to the path they were given.
+	File string
+	// InterfaceExists reports whether a network interface of that name exists on this
+	// machine. nil means: ask the kernel (net.InterfaceByName). Tests pass a fake.
+	InterfaceExists func(name string) bool
+	// Offline skips every check against this machine, for checking a file that is meant
+	// for another one (`aggd check-config --offline`).
+	Offline bool
+}
+
+// interfaceExists returns the check to use, or nil when checks against this machine are
+// off.
+func (o Options) interfaceExists() func(string) bool {
+	switch {
+	case o.Offline:
+		return nil
+	case o.InterfaceExists != nil:
+		return o.InterfaceExists
+	}
+	return func(name string) bool {
+		_, err := net.InterfaceByName(name)
+		return err == nil
+	}
+}
+
+// readFile reads a config file, with an error that says what to do about it.
+func readFile(path, example string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read config: %w (start from %s, or give another path)", err, example)
+	}
+	return data, nil
+}
+
+// Reorder bounds the receiver's resequencing buffer.
+type Reorder struct {
+	// MaxHold is the longest a packet waits for the ones before it before the gap is
+	// given up as lost. The adaptive timer stays below it.
+	MaxHold time.Duration `yaml:"max_hold"`
+	// MaxBuffer caps the memory held for out-of-order packets per session.
+	MaxBuffer Size `yaml:"max_buffer"`
+}
+
+// Probe sets how often links are probed and when a silent one is declared down.
+type Probe struct {
+	// Interval between probes on each link, busy or idle.
+	Interval time.Duration `yaml:"interval"`
+	// DownAfter is how long a link may stay silent before it is declared down and its
+	// traffic moves to the others.
+	DownAfter time.Duration `yaml:"down_after"`
+}
+
+// Metrics configures the Prometheus endpoint.
+type Metrics struct {
+	// Enabled serves metrics over HTTP.
+	Enabled bool `yaml:"enabled"`
+	// Listen is the local ip:port to serve /metrics on.
+	Listen netip.AddrPort `yaml:"listen"`
+}
+
+// Log configures logging to stderr.
+type Log struct {
+	// Level is the least severe message printed.
+	Level LogLevel `yaml:"level"`
+	// Format is text (key=value, for people) or json (for collectors).
+	Format LogFormat `yaml:"format"`
+}
+
+// BPF configures the kernel fast path.
+type BPF struct {
+	// Enabled loads the XDP/tc programs. When false, or when they cannot load, the
+	// daemon forwards everything itself (slower, same behaviour).
+	Enabled bool `yaml:"enabled"`
+}
+
+// Defaults shared by both modes.
+const (
+	defaultTunnelInterface = "agg0"
+	defaultMaxHold         = 200 * time.Millisecond
+	defaultMaxBuffer       = 4 << 20
+	defaultProbeInterval   = 100 * time.Millisecond
+	defaultDownAfter       = time.Second
+	defaultMetricsListen   = "127.0.0.1:9469"
+)
+
+func defaultReorder() Reorder { return Reorder{MaxHold: defaultMaxHold, MaxBuffer: defaultMaxBuffer} }
+func defaultProbe() Probe {
+	return Probe{Interval: defaultProbeInterval, DownAfter: defaultDownAfter}
+}
+func defaultMetrics() Metrics {
+	return Metrics{Enabled: true, Listen: netip.MustParseAddrPort(defaultMetricsListen)}
+}
+func defaultLog() Log { return Log{Level: LogInfo, Format: LogText} }
+func defaultBPF() BPF { return BPF{Enabled: true} }
+
+// Bounds of the numbers the checks enforce. They catch slips (a unit off by 1000), not
+// taste: anything inside is accepted.
+const (
+	minMTU, maxMTU   = 576, 9000 // 576: the IPv4 minimum; 9000: jumbo frames
+	minMTUIPv6       = 1280      // IPv6 refuses links below this
+	minMaxHold       = time.Millisecond
+	maxMaxHold       = 5 * time.Second
+	minMaxBuffer     = 64 << 10
+	maxMaxBuffer     = 1 << 30
+	minProbeInterval = 10 * time.Millisecond
+	maxProbeInterval = 10 * time.Second
+	maxDownAfter     = time.Minute
+	maxWeight        = 1000
+)
+
+func (c *collector) checkReorder(r Reorder) {
+	if r.MaxHold < minMaxHold || r.MaxHold > maxMaxHold {
+		c.add("reorder.max_hold", "%s is out of range %s..%s", r.MaxHold, minMaxHold, maxMaxHold)
+	}
+	if r.MaxBuffer < minMaxBuffer || r.MaxBuffer > maxMaxBuffer {
+		c.add("reorder.max_buffer", "%s is out of range %s..%s", r.MaxBuffer, Size(minMaxBuffer), Size(maxMaxBuffer))
+	}
+}
+
+func (c *collector) checkProbe(p Probe) {
+	if p.Interval < minProbeInterval || p.Interval > maxProbeInterval {
+		c.add("probe.interval", "%s is out of range %s..%s", p.Interval, minProbeInterval, maxProbeInterval)
+		return
+	}
+	// One lost probe must not take a link down: allow at least two to go missing.
+	if p.DownAfter < 2*p.Interval || p.DownAfter > maxDownAfter {
+		c.add("probe.down_after", "%s is out of range %s (two probe intervals)..%s", p.DownAfter, 2*p.Interval, maxDownAfter)
+	}
+}
+
+// checkMTU accepts 0 (automatic) or minMTU..maxMTU; minimum is raised to 1280 where the
+// link carries IPv6.
+func (c *collector) checkMTU(path string, mtu int, carriesIPv6 bool) {
+	if mtu == 0 {
+		return
+	}
+	if mtu < minMTU || mtu > maxMTU {
+		c.add(path, "%d is out of range %d..%d; write 0 to size it from the uplinks", mtu, minMTU, maxMTU)
+		return
+	}
+	if carriesIPv6 && mtu < minMTUIPv6 {
+		c.add(path, "%d is below %d, the least IPv6 works with, and the tunnel has an IPv6 address", mtu, minMTUIPv6)
+	}
+}
+
+// ifNameRE is what Linux accepts as an interface name: up to 15 bytes, no '/', ':' or
+// white space.
+var ifNameRE = regexp.MustCompile(`^[^/:\s]{1,15}$`)
+
+// checkInterface checks an interface name's syntax and, unless offline, that it exists.
+func (c *collector) checkInterface(path, name string, exists func(string) bool) {
+	switch {
+	case !ifNameRE.MatchString(name) || name == "." || name == "..":
+		c.add(path, "%q is not a valid interface name (at most 15 characters, no '/', ':' or spaces)", name)
+	case exists != nil && !exists(name):
+		c.add(path, "there is no interface %q on this machine; see `ip link`, or check with --offline if the file is for another machine", name)
+	}
+}
+
+// nameRE is what uplink and peer names may look like: they appear in logs, metric
+// labels and commands, so keep them short and plain.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$`)
+
+func (c *collector) checkName(path, name string) {
+	if name == "" {
+		c.add(path, "missing; give it a short name such as \"dsl\"")
+	} else if !nameRE.MatchString(name) {
+		c.add(path, "%q is not a valid name; use up to 32 letters, digits, '-', '_' or '.', e.g. \"dsl\"", name)
+	}
+}
+
+// checkKeyFile catches the private key pasted where its file name belongs.
+func (c *collector) checkKeyFile(path, file string) {
+	if file == "" {
+		c.add(path, "missing; write the path of this machine's private key file, e.g. /etc/aggd/private.key")
+		return
+	}
+	if _, err := ParseKey(file); err == nil {
+		c.add(path, "this looks like a key, not a file name; put the key in a file readable only by root and write its path here")
+	}
+}
+
+// checkRoutes checks a list of routed prefixes: no host bits set (usually a typo for a
+// network address) and no repeats.
+func (c *collector) checkRoutes(path string, routes []netip.Prefix) {
+	seen := map[netip.Prefix]int{}
+	for i, p := range routes {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		if p != p.Masked() {
+			c.add(ip, "%s has host bits set; did you mean %s?", p, p.Masked())
+			continue
+		}
+		if j, dup := seen[p]; dup {
+			c.add(ip, "%s is already listed at %s[%d]", p, path, j)
+			continue
+		}
+		seen[p] = i
+	}
+}
+
+// checkUnicast refuses addresses that cannot be an interface's own or a next hop.
+func (c *collector) checkUnicast(path string, a netip.Addr) {
+	if a.IsValid() && (a.IsUnspecified() || a.IsMulticast() || a.IsLoopback()) {
+		c.add(path, "%s cannot be used here (unspecified, multicast or loopback)", a)
+	}
+}
+
+// hasIPv6 reports whether any of the prefixes is IPv6.
+func hasIPv6(ps []netip.Prefix) bool {
+	for _, p := range ps {
+		if p.Addr().Is6() {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,235 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// CPE is the config of `aggd cpe`: the router that bonds its uplinks towards a headend.
+type CPE struct {
+	// PrivateKeyFile is the path of this CPE's X25519 private key (base64, one line).
+	// Required.
+	PrivateKeyFile string `yaml:"private_key_file"`
+	// Headend says where the bond ends. Required.
+	Headend HeadendRef `yaml:"headend"`
+	// Tunnel configures the agg0 interface that LAN traffic is routed into.
+	Tunnel CPETunnel `yaml:"tunnel"`
+	// Uplinks are the access links to bond. At least one, with class primary.
+	Uplinks []Uplink `yaml:"uplinks"`
+	// Reorder bounds the resequencing of downstream traffic.
+	Reorder Reorder `yaml:"reorder"`
+	// Probe sets link probing and failure detection.
+	Probe Probe `yaml:"probe"`
+	// RekeyInterval is how often the CPE runs a new handshake for fresh session keys.
+	RekeyInterval time.Duration `yaml:"rekey_interval"`
+	// Metrics configures the Prometheus endpoint.
+	Metrics Metrics `yaml:"metrics"`
+	// Log configures logging.
+	Log Log `yaml:"log"`
+	// BPF configures the kernel fast path.
+	BPF BPF `yaml:"bpf"`
+}
+
+// HeadendRef is the headend a CPE connects to.
+type HeadendRef struct {
+	// Endpoint is the headend's public host:port; a host name is resolved at connect
+	// time, not here. Required.
+	Endpoint Endpoint `yaml:"endpoint"`
+	// PublicKey is the headend's static public key. Required.
+	PublicKey Key `yaml:"public_key"`
+}
+
+// CPETunnel configures the CPE's side of the tunnel.
+type CPETunnel struct {
+	// Interface is the TUN device aggd creates.
+	Interface string `yaml:"interface"`
+	// Address lists the tunnel addresses the headend assigned to this CPE: an IPv4 /32
+	// and/or an IPv6 prefix. They must match this CPE's peer entry on the headend.
+	// Required.
+	Address []netip.Prefix `yaml:"address"`
+	// MTU of the tunnel interface; 0 sizes it from the smallest uplink MTU minus the
+	// encapsulation overhead.
+	MTU int `yaml:"mtu"`
+	// Routes are the destinations routed into the tunnel. An explicit empty list routes
+	// nothing (you add routes yourself).
+	Routes []netip.Prefix `yaml:"routes"`
+	// RouteMetric is the metric of those routes, so that they can sit next to the
+	// uplinks' own default routes; lower wins.
+	RouteMetric uint32 `yaml:"route_metric"`
+	// NAT masquerades LAN traffic to the tunnel address. Turn it off if the headend
+	// routes the LAN prefix back to this CPE.
+	NAT bool `yaml:"nat"`
+}
+
+// Uplink is one access link of a CPE.
+type Uplink struct {
+	// Name identifies the link in logs and metrics, e.g. "dsl". Required, unique.
+	Name string `yaml:"name"`
+	// Interface is the network interface the link leaves by. Required, unique, and it
+	// must exist when the daemon starts.
+	Interface string `yaml:"interface"`
+	// Source is the address packets leave with; unset means the interface's first
+	// address, followed as it changes (LTE, DHCP).
+	Source netip.Addr `yaml:"source"`
+	// Gateway is the next hop on Ethernet-like links; unset means the interface's
+	// default route, and none is needed on point-to-point links (PPPoE, raw-IP WWAN).
+	Gateway netip.Addr `yaml:"gateway"`
+	// Class says when the link carries traffic: primary (always), overflow (only when
+	// the primaries are full) or backup (only when no primary is up).
+	Class Class `yaml:"class"`
+	// RateUp is the expected upload rate, a starting point and cap for the measured
+	// capacity; 0 (unset) means measure from nothing.
+	RateUp Rate `yaml:"rate_up"`
+	// RateDown is the expected download rate, as RateUp.
+	RateDown Rate `yaml:"rate_down"`
+	// Weight pins the link's share of traffic against the others' weights. 0 (the
+	// default) lets aggd measure it; pin only if you know better than the measurement.
+	Weight int `yaml:"weight"`
+	// MTU of the path over this link; 0 takes the interface's MTU.
+	MTU int `yaml:"mtu"`
+}
+
+func (u *Uplink) setDefaults() { u.Class = ClassPrimary }
+
+// Defaults that only the CPE has.
+const (
+	defaultRouteMetric   = 10
+	defaultRekeyInterval = 120 * time.Second
+	minRekeyInterval     = 10 * time.Second
+	maxRekeyInterval     = 24 * time.Hour
+)
+
+// DefaultCPE returns the CPE config with every default filled in and the required
+// fields empty. Parsing starts from it, so a key left out keeps its default.
+func DefaultCPE() *CPE {
+	return &CPE{
+		Tunnel: CPETunnel{
+			Interface:   defaultTunnelInterface,
+			Routes:      []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")},
+			RouteMetric: defaultRouteMetric,
+			NAT:         true,
+		},
+		Reorder:       defaultReorder(),
+		Probe:         defaultProbe(),
+		RekeyInterval: defaultRekeyInterval,
+		Metrics:       defaultMetrics(),
+		Log:           defaultLog(),
+		BPF:           defaultBPF(),
+	}
+}
+
+// LoadCPE reads and checks a CPE config file, checking interfaces against this machine.
+func LoadCPE(path string) (*CPE, error) {
+	return LoadCPEWith(path, Options{})
+}
+
+// LoadCPEWith is LoadCPE with options; opts.File is set to path.
+func LoadCPEWith(path string, opts Options) (*CPE, error) {
+	data, err := readFile(path, "configs/cpe.example.yaml")
+	if err != nil {
+		return nil, err
+	}
+	opts.File = path
+	return ParseCPE(data, opts)
+}
+
+// ParseCPE decodes and checks a CPE config. On any problem it returns nil and a
+// *Problems listing all of them.
+func ParseCPE(data []byte, opts Options) (*CPE, error) {
+	c := newCollector()
+	cfg := DefaultCPE()
+	if c.decodeDocument(data, cfg) {
+		c.checkCPE(cfg, opts)
+	}
+	if err := c.err(opts.File); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func (c *collector) checkCPE(cfg *CPE, opts Options) {
+	c.checkKeyFile("private_key_file", cfg.PrivateKeyFile)
+	if cfg.Headend.Endpoint.IsZero() {
+		c.add("headend.endpoint", "missing; write the headend's host:port, e.g. \"headend.example.net:4242\"")
+	}
+	if cfg.Headend.PublicKey.IsZero() {
+		c.add("headend.public_key", "missing; write the headend's public key (44 characters of base64)")
+	}
+	c.checkCPETunnel(cfg.Tunnel)
+	c.checkUplinks(cfg.Uplinks, cfg.Tunnel, opts.interfaceExists())
+	c.checkReorder(cfg.Reorder)
+	c.checkProbe(cfg.Probe)
+	if cfg.RekeyInterval < minRekeyInterval || cfg.RekeyInterval > maxRekeyInterval {
+		c.add("rekey_interval", "%s is out of range %s..%s", cfg.RekeyInterval, minRekeyInterval, maxRekeyInterval)
+	}
+}
+
+func (c *collector) checkCPETunnel(t CPETunnel) {
+	c.checkInterface("tunnel.interface", t.Interface, nil) // aggd creates it: no existence check
+	if len(t.Address) == 0 {
+		c.add("tunnel.address", "missing or empty; list the tunnel addresses the headend gives this CPE, e.g. [100.64.0.2/32]")
+	}
+	for i, p := range t.Address {
+		path := fmt.Sprintf("tunnel.address[%d]", i)
+		c.checkUnicast(path, p.Addr())
+		// The CPE's IPv4 tunnel address is one address, NATed to; a wider prefix would
+		// claim addresses that belong to other CPEs.
+		if p.Addr().Is4() && p.Bits() != 32 {
+			c.add(path, "%s: a CPE's IPv4 tunnel address is a single address; write %s/32", p, p.Addr())
+		}
+	}
+	c.checkMTU("tunnel.mtu", t.MTU, hasIPv6(t.Address))
+	c.checkRoutes("tunnel.routes", t.Routes)
+}
+
+func (c *collector) checkUplinks(ups []Uplink, t CPETunnel, exists func(string) bool) {
+	if len(ups) == 0 {
+		c.add("uplinks", "no uplinks; list at least one (see configs/cpe.example.yaml)")
+		return
+	}
+	names := map[string]int{}
+	ifaces := map[string]int{}
+	primaries := 0
+	for i, u := range ups {
+		p := fmt.Sprintf("uplinks[%d]", i)
+		c.checkName(p+".name", u.Name)
+		if j, dup := names[u.Name]; dup && u.Name != "" {
+			c.add(p+".name", "%q is already the name of uplinks[%d]; names must be unique", u.Name, j)
+		} else {
+			names[u.Name] = i
+		}
+		c.checkUplinkInterface(p+".interface", u.Interface, t.Interface, exists)
+		if j, dup := ifaces[u.Interface]; dup && u.Interface != "" {
+			c.add(p+".interface", "%q is already used by uplinks[%d] (%s); each uplink needs its own interface", u.Interface, j, ups[j].Name)
+		} else {
+			ifaces[u.Interface] = i
+		}
+		c.checkUnicast(p+".source", u.Source)
+		c.checkUnicast(p+".gateway", u.Gateway)
+		if u.Source.IsValid() && u.Gateway.IsValid() && u.Source.Is4() != u.Gateway.Is4() {
+			c.add(p+".gateway", "%s and source %s are of different IP versions", u.Gateway, u.Source)
+		}
+		if u.Weight < 0 || u.Weight > maxWeight {
+			c.add(p+".weight", "%d is out of range 0..%d; 0 lets aggd measure the split", u.Weight, maxWeight)
+		}
+		c.checkMTU(p+".mtu", u.MTU, false)
+		if u.Class == ClassPrimary {
+			primaries++
+		}
+	}
+	if primaries == 0 {
+		c.add("uplinks", "no uplink has class primary; overflow and backup links only stand in for primaries, so make at least one primary")
+	}
+}
+
+func (c *collector) checkUplinkInterface(path, name, tunnel string, exists func(string) bool) {
+	switch {
+	case name == "":
+		c.add(path, "missing; write the interface this link leaves by, e.g. \"eth1\"")
+	case name == tunnel:
+		c.add(path, "%q is the tunnel interface; an uplink must be a real access link", name)
+	default:
+		c.checkInterface(path, name, exists)
+	}
+}

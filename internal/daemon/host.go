@@ -1,0 +1,79 @@
+package daemon
+
+import (
+	"log/slog"
+	"net/netip"
+
+	"github.com/aggd/aggd/internal/nat"
+	"github.com/aggd/aggd/internal/netcfg"
+	"github.com/aggd/aggd/internal/tun"
+)
+
+// hostChanges records what the daemon changed on the host so that undo can revert it,
+// in reverse order, on every exit path.
+type hostChanges struct {
+	log     *slog.Logger
+	tunName string
+	dev     *tun.Device
+	natOn   bool
+}
+
+// removeLeftovers deletes what a previous run that crashed may have left behind: the
+// tunnel interface, routes marked as aggd's, and aggd's nftables table.
+func (h *hostChanges) removeLeftovers() {
+	if existed, err := netcfg.DeleteLink(h.tunName); err != nil {
+		h.log.Warn("could not remove leftover tunnel interface", "interface", h.tunName, "err", err)
+	} else if existed {
+		h.log.Info("removed leftover tunnel interface from an earlier run", "interface", h.tunName)
+	}
+	if err := netcfg.RemoveOwnRoutes(); err != nil {
+		h.log.Warn("could not remove leftover routes", "err", err)
+	}
+	if err := nat.Remove(); err != nil {
+		h.log.Warn("could not remove leftover nftables table", "table", nat.TableName, "err", err)
+	}
+}
+
+// tunnel creates and configures the tunnel interface. Forwarding is switched on because
+// both roles route between agg0 and their other interfaces.
+func (h *hostChanges) tunnel(mtu int, addrs []netip.Prefix) (*tun.Device, error) {
+	dev, err := tun.Open(h.tunName)
+	if err != nil {
+		return nil, err
+	}
+	h.dev = dev
+	if err := netcfg.ConfigureTunnel(dev.Name(), mtu, addrs); err != nil {
+		return nil, err
+	}
+	if err := netcfg.EnableForwarding(); err != nil {
+		return nil, err
+	}
+	return dev, nil
+}
+
+func (h *hostChanges) nat(rules []nat.Masquerade) error {
+	if err := nat.Install(rules); err != nil {
+		return err
+	}
+	h.natOn = true
+	return nil
+}
+
+// undo reverts everything; closing the TUN device deletes it with its routes.
+func (h *hostChanges) undo() {
+	if h.natOn {
+		if err := nat.Remove(); err != nil {
+			h.log.Warn("could not remove nftables table", "err", err)
+		}
+	}
+	if err := netcfg.RemoveOwnRoutes(); err != nil {
+		h.log.Warn("could not remove routes", "err", err)
+	}
+	if h.dev != nil {
+		h.dev.Close()
+		if _, err := netcfg.DeleteLink(h.tunName); err != nil {
+			h.log.Warn("could not remove tunnel interface", "err", err)
+		}
+	}
+	h.log.Info("host configuration removed")
+}

@@ -1,0 +1,124 @@
+// Package metrics defines aggd's Prometheus metrics in one place, following the Prometheus
+// naming conventions (base units, _total for counters), and serves them over HTTP.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/aggd/aggd/internal/buildinfo"
+)
+
+// Set holds every metric the daemon exports. Per-link and per-session children are
+// resolved once, when the link or session appears, never per packet.
+type Set struct {
+	Registry *prometheus.Registry
+
+	LinkTxBytes   *prometheus.CounterVec
+	LinkTxPackets *prometheus.CounterVec
+	LinkRxBytes   *prometheus.CounterVec
+	LinkRxPackets *prometheus.CounterVec
+	LinkLost      *prometheus.CounterVec
+	LinkRTT       *prometheus.GaugeVec
+	LinkLoss      *prometheus.GaugeVec
+	LinkRate      *prometheus.GaugeVec
+	LinkRatePrior *prometheus.GaugeVec
+	LinkUp        *prometheus.GaugeVec
+	LinkDuplicate *prometheus.CounterVec
+
+	Sessions       prometheus.Gauge
+	Handshakes     *prometheus.CounterVec
+	ReorderHeld    *prometheus.CounterVec
+	ReorderHold    *prometheus.CounterVec
+	ReorderLost    *prometheus.CounterVec
+	Duplicates     *prometheus.CounterVec
+	LatePackets    *prometheus.CounterVec
+	ReorderSkips   *prometheus.CounterVec
+	Drops          *prometheus.CounterVec
+	TunnelTxPacket *prometheus.CounterVec
+}
+
+// New creates and registers the metric set, including build info and Go runtime metrics.
+func New() *Set {
+	linkLabels := []string{"peer", "link"}
+	s := &Set{
+		Registry:      prometheus.NewRegistry(),
+		LinkTxBytes:   counterVec("link_transmit_bytes_total", "Bytes sent on a link, outer headers included.", linkLabels),
+		LinkTxPackets: counterVec("link_transmit_packets_total", "Packets sent on a link (data and control).", linkLabels),
+		LinkRxBytes:   counterVec("link_receive_bytes_total", "Authenticated bytes received on a link, outer headers included.", linkLabels),
+		LinkRxPackets: counterVec("link_receive_packets_total", "Authenticated packets received on a link.", linkLabels),
+		LinkLost:      counterVec("link_lost_packets_total", "Data packets lost on a link, from gaps in its link sequence.", linkLabels),
+		LinkRTT:       gaugeVec("link_rtt_seconds", "Smoothed round-trip time of a link, from probes.", linkLabels),
+		LinkLoss:      gaugeVec("link_loss_ratio", "Recent loss ratio of a link as reported by the peer.", linkLabels),
+		LinkRate:      gaugeVec("link_delivery_rate_bits_per_second", "Measured delivery rate of a link towards the peer.", linkLabels),
+		LinkRatePrior: gaugeVec("link_scheduler_rate_bits_per_second", "Rate the scheduler currently assumes for a link.", linkLabels),
+		LinkUp:        gaugeVec("link_up", "1 when the link answers probes and is in the schedule, else 0.", linkLabels),
+		LinkDuplicate: counterVec("link_redundant_packets_total", "Redundant copies sent on a link for another link in doubt.", linkLabels),
+		Sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "aggd", Name: "sessions", Help: "Established sessions.",
+		}),
+		Handshakes:     counterVec("session_handshakes_total", "Completed handshakes (initial and rekey).", []string{"peer", "result"}),
+		ReorderHeld:    counterVec("reorder_held_packets_total", "Packets held by the resequencer because an earlier one was missing.", []string{"peer"}),
+		ReorderLost:    counterVec("reorder_lost_packets_total", "Sequence numbers the resequencer gave up waiting for.", []string{"peer"}),
+		Duplicates:     counterVec("reorder_duplicate_packets_total", "Duplicate packets dropped by the resequencer.", []string{"peer"}),
+		LatePackets:    counterVec("reorder_late_packets_total", "Packets that arrived after the resequencer had given up on them.", []string{"peer"}),
+		ReorderSkips:   counterVec("reorder_overflow_skips_total", "Gaps skipped because the reorder buffer reached its memory cap.", []string{"peer"}),
+		Drops:          counterVec("drops_total", "Received packets dropped, by reason.", []string{"reason"}),
+		TunnelTxPacket: counterVec("tunnel_transmit_packets_total", "Inner packets taken from the tunnel interface, by outcome.", []string{"outcome"}),
+		ReorderHold:    counterVec("reorder_hold_seconds_total", "Total time held packets waited in the resequencer (divide by reorder_held_packets_total for the mean).", []string{"peer"}),
+	}
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "aggd", Name: "build_info", Help: "Build information; the value is always 1.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(buildinfo.Version, buildinfo.GoVersion()).Set(1)
+
+	s.Registry.MustRegister(
+		s.LinkTxBytes, s.LinkTxPackets, s.LinkRxBytes, s.LinkRxPackets, s.LinkLost,
+		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkDuplicate,
+		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderLost,
+		s.Duplicates, s.LatePackets, s.ReorderSkips, s.Drops, s.TunnelTxPacket, build,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return s
+}
+
+// Serve exposes /metrics on addr until ctx ends. It returns once the listener is bound,
+// so a bad address is reported before the daemon goes on.
+func Serve(ctx context.Context, addr string, reg *prometheus.Registry) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics: listen on %s: %w (change metrics.listen or free the port)", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shut)
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			panic(fmt.Sprintf("metrics server: %v", err))
+		}
+	}()
+	return nil
+}
+
+func counterVec(name, help string, labels []string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "aggd", Name: name, Help: help}, labels)
+}
+
+func gaugeVec(name, help string, labels []string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "aggd", Name: name, Help: help}, labels)
+}

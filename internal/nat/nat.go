@@ -1,0 +1,106 @@
+// Package nat installs aggd's masquerading rules with nftables (through netlink, no nft
+// binary). All rules live in one table of aggd's own, so removing them is removing the
+// table, and a table left by a crashed daemon is replaced at start.
+package nat
+
+import (
+	"fmt"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// TableName is the nftables table (family inet) that holds every rule aggd installs.
+const TableName = "aggd"
+
+// Masquerade describes one rule: packets that leave through OutIface (when set), and that
+// entered through InIface (when set), but not through NotOutIface (when set), get the
+// source address of the interface they leave through.
+type Masquerade struct {
+	InIface     string
+	OutIface    string
+	NotOutIface string
+}
+
+// Install replaces aggd's table with one postrouting NAT chain holding the given rules.
+func Install(rules []Masquerade) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nat: open nftables: %w", err)
+	}
+	removeTable(c)
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: TableName})
+	ch := c.AddChain(&nftables.Chain{
+		Name:     "postrouting",
+		Table:    t,
+		Type:     nftables.ChainTypeNAT,
+		Hooknum:  nftables.ChainHookPostrouting,
+		Priority: nftables.ChainPriorityNATSource,
+	})
+	for _, r := range rules {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r.exprs()})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nat: install table inet %s: %w (does the kernel have nf_tables and nft_masq?)", TableName, err)
+	}
+	return nil
+}
+
+// Remove deletes aggd's table if present.
+func Remove() error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nat: open nftables: %w", err)
+	}
+	if !removeTable(c) {
+		return nil
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("nat: delete table inet %s: %w", TableName, err)
+	}
+	return nil
+}
+
+// removeTable queues deletion of aggd's table and reports whether it existed.
+func removeTable(c *nftables.Conn) bool {
+	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return false
+	}
+	for _, t := range tables {
+		if t.Name == TableName {
+			c.DelTable(t)
+			return true
+		}
+	}
+	return false
+}
+
+func (m Masquerade) exprs() []expr.Any {
+	var e []expr.Any
+	if m.InIface != "" {
+		e = append(e, ifaceMatch(expr.MetaKeyIIFNAME, m.InIface, expr.CmpOpEq)...)
+	}
+	if m.OutIface != "" {
+		e = append(e, ifaceMatch(expr.MetaKeyOIFNAME, m.OutIface, expr.CmpOpEq)...)
+	}
+	if m.NotOutIface != "" {
+		e = append(e, ifaceMatch(expr.MetaKeyOIFNAME, m.NotOutIface, expr.CmpOpNeq)...)
+	}
+	return append(e, &expr.Masq{})
+}
+
+func ifaceMatch(key expr.MetaKey, name string, op expr.CmpOp) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: ifname(name)},
+	}
+}
+
+// ifname pads an interface name the way the kernel stores it (IFNAMSIZ bytes, NUL filled).
+func ifname(n string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, n)
+	return b
+}

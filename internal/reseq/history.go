@@ -1,0 +1,45 @@
+package reseq
+
+// history remembers, for the most recent historyBits resolved sequence numbers,
+// whether each was delivered or skipped. A packet arriving behind next is then a
+// duplicate (its number was delivered) or late (its number was given up): two
+// different stories in the metrics, redundant copies versus a hold time too short.
+
+const historyBits = 1 << 14 // 2 KiB; well beyond any reorder span worth holding
+
+type outcome uint8
+
+const (
+	unknown outcome = iota
+	wasDelivered
+	wasSkipped
+)
+
+type history struct {
+	bits  [historyBits / 64]uint64 // bit set: delivered
+	depth uint32                   // how many numbers behind next are recorded
+}
+
+// record stores the outcome of seq, the number being resolved now.
+func (h *history) record(seq uint32, delivered bool) {
+	w, b := (seq%historyBits)/64, seq%64
+	if delivered {
+		h.bits[w] |= 1 << b
+	} else {
+		h.bits[w] &^= 1 << b
+	}
+	if h.depth < historyBits {
+		h.depth++
+	}
+}
+
+// lookup returns the outcome of seq, which is behind next.
+func (h *history) lookup(next, seq uint32) outcome {
+	if next-seq > h.depth {
+		return unknown
+	}
+	if h.bits[(seq%historyBits)/64]&(1<<(seq%64)) != 0 {
+		return wasDelivered
+	}
+	return wasSkipped
+}

@@ -1,0 +1,289 @@
+// Package sched picks the link for each outgoing packet of a session: the
+// earliest-expected-arrival scheduler of docs/architecture.md §5.
+//
+// For every candidate link the scheduler keeps a virtual backlog: the time at which
+// the link would finish sending what it has been given, if it really runs at the
+// rate the control plane believes. A packet's expected arrival on a link is
+//
+//	max(now, backlogEnd) + size*8/rate + baseOWD
+//
+// and the packet goes to the link where that is smallest. Light traffic therefore
+// rides the lowest-delay link, the others join as its backlog grows, and under load
+// each link's share settles in proportion to its rate with arrival times equalised,
+// which is what keeps the receiver's reorder buffer small.
+//
+// This is per-packet code, mirrored by the BPF fast path: Pick does not allocate
+// and works on plain integers and floats. A Scheduler is not safe for concurrent
+// use; the session's transmit lock serialises Pick and SetLinks (and must, so that
+// each link's packets leave in sequence order). Times are int64 nanoseconds of the
+// caller's monotonic clock, passed in so that tests and BPF see the same arithmetic.
+package sched
+
+import (
+	"math"
+	"slices"
+)
+
+// LinkParams is what the control plane knows about one link at the moment.
+type LinkParams struct {
+	ID      uint8
+	Usable  bool // up and allowed to carry data
+	Suspect bool // in doubt (missed probes, loss spike): its packets get a duplicate elsewhere
+	Class   Class
+	RateBps float64 // bits per second; a link below 1 bit/s (or NaN, or infinite) is never picked
+	BaseOWD int64   // one-way delay without queueing, ns
+	// PinnedWeight > 0 pins this link's share (user override); 0 leaves it automatic.
+	PinnedWeight float64
+}
+
+// Config tunes a Scheduler. The zero value is usable.
+type Config struct {
+	// OverflowQueueDelay is when the primaries count as full: overflow links become
+	// candidates once every usable primary's virtual backlog exceeds it (ns).
+	// Default DefaultOverflowQueueDelay.
+	OverflowQueueDelay int64
+}
+
+// DefaultOverflowQueueDelay is the overflow threshold when Config leaves it zero:
+// 10 ms of queue is where interactive traffic starts to notice.
+const DefaultOverflowQueueDelay = int64(10e6)
+
+// idle is the backlog end of a link that has never been charged. It is far in the
+// past, yet far enough from math.MinInt64 that backlogEnd-now cannot overflow.
+const idle = math.MinInt64 / 2
+
+// linkState is one link's parameters plus the scheduler's per-packet bookkeeping.
+type linkState struct {
+	LinkParams
+	nsPerByte  float64 // transmission time of one byte at RateBps, ns
+	backlogEnd int64   // when the link's virtual queue drains
+	swrr       float64 // smooth weighted round-robin credit, pinned mode only
+}
+
+// Scheduler assigns packets to links. Create it with New.
+type Scheduler struct {
+	overflowDelay int64
+	links         []linkState // ordered by ID, so ties always go to the lowest ID
+}
+
+// New returns a scheduler with no links; Pick reports !ok until SetLinks gives it some.
+func New(cfg Config) *Scheduler {
+	if cfg.OverflowQueueDelay <= 0 {
+		cfg.OverflowQueueDelay = DefaultOverflowQueueDelay
+	}
+	return &Scheduler{overflowDelay: cfg.OverflowQueueDelay}
+}
+
+// SetLinks replaces the link parameters. A link that was already known keeps its
+// virtual backlog and round-robin credit, so a parameter update (which happens
+// every control tick) does not make a busy link look idle; new links start idle and
+// links not listed are forgotten. If an ID is listed twice, the last entry wins.
+func (s *Scheduler) SetLinks(links []LinkParams) {
+	next := make([]linkState, 0, len(links))
+	for _, p := range links {
+		st := linkState{LinkParams: p, backlogEnd: idle}
+		if old := s.find(p.ID); old != nil {
+			st.backlogEnd, st.swrr = old.backlogEnd, old.swrr
+		}
+		if validRate(p.RateBps) {
+			st.nsPerByte = 8e9 / p.RateBps
+		}
+		if i := slices.IndexFunc(next, func(l linkState) bool { return l.ID == p.ID }); i >= 0 {
+			next[i] = st
+			continue
+		}
+		next = append(next, st)
+	}
+	slices.SortFunc(next, func(a, b linkState) int { return int(a.ID) - int(b.ID) })
+	s.links = next
+}
+
+// Backlog returns how far the link's virtual queue reaches beyond now (0 when it is
+// drained), and false for an unknown link. It is for metrics and tests.
+func (s *Scheduler) Backlog(now int64, id uint8) (int64, bool) {
+	l := s.find(id)
+	if l == nil {
+		return 0, false
+	}
+	return max(0, l.backlogEnd-now), true
+}
+
+// Pick chooses the link for a packet of size bytes sent at now and charges its
+// virtual backlog. If that link is suspect it also chooses a second link for a
+// duplicate (hasDup) and charges that one too. ok is false when no link is usable.
+//
+// The class rules come first and decide the candidates. Among them, if the user
+// pinned any weights, the pinned candidates share the traffic by weight (unpinned
+// candidates get nothing); otherwise the earliest expected arrival wins, ties going
+// to the lowest link ID.
+func (s *Scheduler) Pick(now int64, size int) (primary uint8, dup uint8, hasDup bool, ok bool) {
+	allowed := s.allowedClasses(now)
+	best := -1
+	if s.anyPinned(allowed) {
+		best = s.pickPinned(allowed)
+	} else {
+		best = s.pickEarliest(now, size, allowed)
+	}
+	if best < 0 {
+		return 0, 0, false, false
+	}
+	s.charge(&s.links[best], now, size)
+	primary = s.links[best].ID
+	if !s.links[best].Suspect {
+		return primary, 0, false, true
+	}
+	if d := s.pickDuplicate(now, size, allowed, best); d >= 0 {
+		s.charge(&s.links[d], now, size)
+		return primary, s.links[d].ID, true, true
+	}
+	return primary, 0, false, true
+}
+
+// classSet is a bit set of Class values.
+type classSet uint8
+
+func (cs classSet) has(c Class) bool { return cs&(1<<c.effective()) != 0 }
+
+const (
+	onlyPrimary  = classSet(1 << ClassPrimary)
+	withOverflow = onlyPrimary | 1<<ClassOverflow
+	noPrimary    = classSet(1<<ClassOverflow | 1<<ClassBackup)
+	anyClass     = onlyPrimary | noPrimary
+)
+
+// allowedClasses applies the class rules: primaries normally; overflow links too
+// once every usable primary's backlog exceeds the threshold; overflow and backup
+// links when no primary is usable (which also covers a bond with no primaries).
+func (s *Scheduler) allowedClasses(now int64) classSet {
+	anyPrimary, allFull := false, true
+	for i := range s.links {
+		l := &s.links[i]
+		if !l.usable() || l.Class.effective() != ClassPrimary {
+			continue
+		}
+		anyPrimary = true
+		if l.backlogEnd-now <= s.overflowDelay {
+			allFull = false
+		}
+	}
+	switch {
+	case !anyPrimary:
+		return noPrimary
+	case allFull:
+		return withOverflow
+	default:
+		return onlyPrimary
+	}
+}
+
+// pickEarliest returns the index of the allowed link with the earliest expected
+// arrival, or -1.
+func (s *Scheduler) pickEarliest(now int64, size int, allowed classSet) int {
+	best, bestArrival := -1, int64(0)
+	for i := range s.links {
+		l := &s.links[i]
+		if !l.usable() || !allowed.has(l.Class) {
+			continue
+		}
+		if a := l.arrival(now, size); best < 0 || a < bestArrival {
+			best, bestArrival = i, a
+		}
+	}
+	return best
+}
+
+// pickDuplicate chooses where the copy of a suspect link's packet goes: the other
+// usable link with the earliest arrival, preferring links that are not suspect
+// themselves and then links whose class is currently allowed. A copy may use a link
+// the class rules would not (a backup when the only primary is in doubt): that is
+// exactly the insurance a duplicate is for.
+func (s *Scheduler) pickDuplicate(now int64, size int, allowed classSet, exclude int) int {
+	best, bestTier, bestArrival := -1, 0, int64(0)
+	for i := range s.links {
+		l := &s.links[i]
+		if i == exclude || !l.usable() {
+			continue
+		}
+		tier := 0
+		if l.Suspect {
+			tier += 2
+		}
+		if !allowed.has(l.Class) {
+			tier++
+		}
+		a := l.arrival(now, size)
+		if best < 0 || tier < bestTier || (tier == bestTier && a < bestArrival) {
+			best, bestTier, bestArrival = i, tier, a
+		}
+	}
+	return best
+}
+
+// anyPinned reports whether the user pinned the weight of any allowed usable link;
+// if so the pinned links share the traffic by weight instead of by arrival time.
+func (s *Scheduler) anyPinned(allowed classSet) bool {
+	for i := range s.links {
+		l := &s.links[i]
+		if l.usable() && allowed.has(l.Class) && l.pinned() {
+			return true
+		}
+	}
+	return false
+}
+
+// pickPinned is smooth weighted round-robin (as in nginx) over the allowed pinned
+// links: every pick adds each link's weight to its credit, the link with the most
+// credit wins and pays the total. Over any window the counts track the weights, and
+// a link's packets are spread out rather than sent in bursts.
+func (s *Scheduler) pickPinned(allowed classSet) int {
+	best, total := -1, 0.0
+	for i := range s.links {
+		l := &s.links[i]
+		if !l.usable() || !allowed.has(l.Class) || !l.pinned() {
+			continue
+		}
+		l.swrr += l.PinnedWeight
+		total += l.PinnedWeight
+		if best < 0 || l.swrr > s.links[best].swrr {
+			best = i
+		}
+	}
+	if best >= 0 {
+		s.links[best].swrr -= total
+	}
+	return best
+}
+
+// charge appends a packet to the link's virtual queue. Pinned mode charges too, so
+// that the overflow rule and a later return to automatic mode see real backlogs.
+func (s *Scheduler) charge(l *linkState, now int64, size int) {
+	l.backlogEnd = max(now, l.backlogEnd) + l.txTime(size)
+}
+
+// usable reports whether the link may be picked at all.
+func (l *linkState) usable() bool { return l.Usable && l.nsPerByte > 0 }
+
+// pinned reports whether the user fixed this link's weight (a usable one: positive
+// and finite).
+func (l *linkState) pinned() bool { return l.PinnedWeight > 0 && !math.IsInf(l.PinnedWeight, 1) }
+
+// txTime is how long the link takes to send size bytes, ns.
+func (l *linkState) txTime(size int) int64 { return int64(float64(size) * l.nsPerByte) }
+
+// arrival is the packet's expected arrival time on this link.
+func (l *linkState) arrival(now int64, size int) int64 {
+	return max(now, l.backlogEnd) + l.txTime(size) + l.BaseOWD
+}
+
+func (s *Scheduler) find(id uint8) *linkState {
+	for i := range s.links {
+		if s.links[i].ID == id {
+			return &s.links[i]
+		}
+	}
+	return nil
+}
+
+// validRate rejects rates below 1 bit/s (including zero, negative and NaN) and
+// infinite ones: such a link has no sensible transmission time, so it is never picked.
+func validRate(r float64) bool { return r >= 1 && !math.IsInf(r, 1) }

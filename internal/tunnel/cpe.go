@@ -1,0 +1,309 @@
+package tunnel
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aggd/aggd/internal/auth"
+	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/handshake"
+	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// Uplink is one of the CPE's access links.
+type Uplink struct {
+	Spec      LinkSpec
+	Interface string
+	Source    netip.Addr
+}
+
+// CPEConfig is the CPE role's runtime configuration, already validated and resolved.
+type CPEConfig struct {
+	Local      handshake.PrivateKey
+	HeadendKey handshake.PublicKey
+	Endpoint   netip.AddrPort
+	Uplinks    []Uplink
+	Session    SessionConfig
+	Rekey      time.Duration
+}
+
+// Packet is what the tunnel interface reads and writes: one inner IP packet.
+type Packet interface {
+	Read([]byte) (int, error)
+	Write([]byte) (int, error)
+}
+
+// CPE runs the router side: one session to the headend over all uplinks.
+type CPE struct {
+	cfg  CPEConfig
+	tun  Packet
+	m    *metrics.Set
+	log  *slog.Logger
+	macH auth.Key // tags our handshake messages (the headend's mac key)
+	macL auth.Key // verifies the headend's replies (our own mac key)
+
+	conns []*net.UDPConn // one per uplink, index = link id
+
+	localIndex uint32
+	session    atomic.Pointer[Session]
+	lastHeard  atomic.Int64 // clock.Nanos of the last authenticated packet from the headend
+
+	hsMu      sync.Mutex
+	pending   *handshake.Initiator
+	pendingID uint8
+	keyID     uint8
+	hsSent    time.Time
+	lastHS    time.Time
+}
+
+// NewCPE opens one socket per uplink, bound to its interface and source address.
+func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, error) {
+	c := &CPE{
+		cfg: cfg, tun: tun, m: m, log: log.With("role", "cpe"),
+		macH: auth.MacKey(cfg.HeadendKey), macL: auth.MacKey(cfg.Local.Public()),
+		localIndex: randomIndex(),
+	}
+	for _, u := range cfg.Uplinks {
+		conn, err := listenUDP(netip.AddrPortFrom(u.Source, 0), u.Interface)
+		if err != nil {
+			c.closeConns()
+			return nil, fmt.Errorf("uplink %s: %w", u.Spec.Name, err)
+		}
+		c.conns = append(c.conns, conn)
+	}
+	return c, nil
+}
+
+// Run moves packets until ctx ends.
+func (c *CPE) Run(ctx context.Context) error {
+	defer c.closeConns()
+	var wg sync.WaitGroup
+	for i := range c.conns {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.readUplink(ctx, i) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); readTun(ctx, c.tun, c.m, func(buf []byte) bool { return c.route(buf) }) }()
+
+	ticker := time.NewTicker(c.cfg.Session.Probe)
+	defer ticker.Stop()
+	announce := time.NewTicker(time.Second)
+	defer announce.Stop()
+	c.maybeHandshake(time.Now())
+	for {
+		select {
+		case <-ctx.Done():
+			c.closeConns()
+			if s := c.session.Load(); s != nil {
+				s.close()
+			}
+			wg.Wait()
+			return nil
+		case now := <-ticker.C:
+			c.maybeHandshake(now)
+			if s := c.session.Load(); s != nil {
+				s.tick(now)
+			}
+		case <-announce.C:
+			if s := c.session.Load(); s != nil {
+				c.announceLinks(s)
+			}
+		}
+	}
+}
+
+func (c *CPE) route(buf []byte) bool {
+	s := c.session.Load()
+	return s != nil && s.SendData(buf)
+}
+
+func (c *CPE) closeConns() {
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+}
+
+// maybeHandshake starts a handshake when there is no session, when the current keys are
+// due for rotation, or when the headend has been silent long enough that it may have lost
+// our session; and retries one that got no answer.
+func (c *CPE) maybeHandshake(now time.Time) {
+	c.hsMu.Lock()
+	defer c.hsMu.Unlock()
+	s := c.session.Load()
+	silent := time.Duration(clock.Nanos() - c.lastHeard.Load())
+	due := s == nil ||
+		now.Sub(c.lastHS) > c.cfg.Rekey ||
+		silent > 3*c.cfg.Session.DownAfter
+	if !due || (c.pending != nil && now.Sub(c.hsSent) < time.Second) {
+		return
+	}
+	init := handshake.NewInitiator(c.cfg.Local, c.cfg.HeadendKey)
+	msg, err := init.Init(now)
+	if err != nil {
+		c.log.Error("handshake: cannot create init", "err", err)
+		return
+	}
+	c.pending, c.pendingID, c.hsSent = init, c.keyID+1, now
+	body := wire.HandshakeBody{SenderIndex: c.localIndex, Noise: msg}.Append(nil)
+	// The same INIT goes out on every uplink: whichever reaches the headend first wins
+	// (the others are rejected there as replays), so one working link suffices.
+	for i, conn := range c.conns {
+		pkt := make([]byte, wire.HeaderLen+len(body))
+		h := wire.Header{Type: wire.TypeHandshakeInit, LinkID: uint8(i), KeyID: c.pendingID, Timestamp: clock.Micros32(clock.Nanos())}
+		h.Put(pkt)
+		copy(pkt[wire.HeaderLen:], body)
+		auth.Seal(c.macH, pkt)
+		if _, err := conn.WriteToUDPAddrPort(pkt, c.cfg.Endpoint); err != nil {
+			c.log.Debug("handshake init not sent", "link", c.cfg.Uplinks[i].Spec.Name, "err", err)
+		}
+	}
+	c.log.Debug("handshake init sent", "key_id", c.pendingID)
+}
+
+func (c *CPE) readUplink(ctx context.Context, id int) {
+	buf := make([]byte, 65536)
+	conn := c.conns[id]
+	for {
+		n, from, err := conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			c.log.Warn("uplink read failed", "link", c.cfg.Uplinks[id].Spec.Name, "err", err)
+			continue
+		}
+		c.onDatagram(buf[:n], from)
+	}
+}
+
+func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort) {
+	h, err := wire.ParseHeader(pkt)
+	if err != nil {
+		c.drop(wire.ReasonOf(err))
+		return
+	}
+	if h.Type == wire.TypeHandshakeResp {
+		c.onResponse(&h, pkt)
+		return
+	}
+	s := c.session.Load()
+	if s == nil || h.Session != c.localIndex {
+		c.drop(wire.ReasonUnknownSession)
+		return
+	}
+	if reason, ok := s.receive(&h, pkt, netip.AddrPort{}, time.Now()); !ok {
+		c.drop(reason)
+		return
+	}
+	c.lastHeard.Store(clock.Nanos())
+}
+
+func (c *CPE) onResponse(h *wire.Header, pkt []byte) {
+	if !auth.Verify(c.macL, pkt) {
+		c.drop(wire.ReasonBadTag)
+		return
+	}
+	msg, err := wire.Parse(pkt)
+	if err != nil {
+		c.drop(wire.ReasonOf(err))
+		return
+	}
+	body := msg.Body.(wire.HandshakeBody)
+	c.hsMu.Lock()
+	defer c.hsMu.Unlock()
+	if c.pending == nil || h.Session != c.localIndex || h.KeyID != c.pendingID {
+		c.drop(wire.ReasonUnknownSession)
+		return
+	}
+	keys, err := c.pending.Finish(body.Noise)
+	if err != nil {
+		c.log.Warn("handshake response rejected", "err", err)
+		c.m.Handshakes.WithLabelValues("headend", "rejected").Inc()
+		return
+	}
+	c.pending = nil
+	c.keyID = c.pendingID
+	c.lastHS = time.Now()
+	c.lastHeard.Store(clock.Nanos())
+	gen := &keyGen{id: c.keyID, send: auth.Key(keys.Send), recv: auth.Key(keys.Recv), created: time.Now()}
+
+	s := c.session.Load()
+	if s == nil || s.peerIndex.Load() != body.SenderIndex {
+		// A new session at the headend (first contact, or it restarted): start both
+		// directions' sequence spaces afresh.
+		if s != nil {
+			s.close()
+		}
+		s = c.newSession(body.SenderIndex)
+		s.keys.install(gen, true)
+		c.session.Store(s)
+		c.m.Sessions.Set(1)
+		c.log.Info("session established", "headend_index", body.SenderIndex)
+		c.announceLinks(s)
+	} else {
+		s.keys.install(gen, true)
+		c.log.Debug("rekeyed", "key_id", c.keyID)
+	}
+	c.m.Handshakes.WithLabelValues("headend", "ok").Inc()
+}
+
+func (c *CPE) newSession(peerIndex uint32) *Session {
+	s := newSession(c.cfg.Session, c.m, c.log, c.localIndex, c.deliver)
+	s.peerIndex.Store(peerIndex)
+	for i, u := range c.cfg.Uplinks {
+		conn := c.conns[i]
+		ep := c.cfg.Endpoint
+		l := s.addLink(u.Spec, func(b []byte) error {
+			_, err := conn.WriteToUDPAddrPort(b, ep)
+			return err
+		})
+		l.remote.Store(&ep)
+	}
+	return s
+}
+
+// announceLinks tells the headend each uplink's class and downstream rate prior, so its
+// scheduler starts from the user's numbers rather than a guess.
+func (c *CPE) announceLinks(s *Session) {
+	body := wire.LinkParamsBody{Counter: s.txCtrl.Add(1)}
+	for _, u := range c.cfg.Uplinks {
+		body.Links = append(body.Links, wire.LinkParam{LinkID: u.Spec.ID, Class: uint8(u.Spec.Class), RateBps: uint64(u.Spec.RxRate)})
+	}
+	for _, l := range s.allLinks() {
+		if l.isUp() {
+			s.sendControl(l, wire.TypeLinkParams, 0, 0, body.Append(nil))
+			return
+		}
+	}
+}
+
+func (c *CPE) deliver(pkt []byte) {
+	if _, err := c.tun.Write(pkt); err != nil {
+		c.log.Debug("tunnel write failed", "err", err)
+	}
+}
+
+func (c *CPE) drop(r wire.Reason) { c.m.Drops.WithLabelValues(r.String()).Inc() }
+
+// randomIndex returns a random non-zero session index.
+func randomIndex() uint32 {
+	var b [4]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic("crypto/rand failed: " + err.Error())
+		}
+		if v := binary.BigEndian.Uint32(b[:]); v != 0 {
+			return v
+		}
+	}
+}

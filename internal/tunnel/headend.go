@@ -1,0 +1,300 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/aggd/aggd/internal/auth"
+	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/handshake"
+	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// Peer is a CPE the headend accepts: its static key and the inner prefixes routed to it.
+type Peer struct {
+	Name     string
+	Key      handshake.PublicKey
+	Prefixes []netip.Prefix
+}
+
+// HeadendConfig is the headend role's runtime configuration.
+type HeadendConfig struct {
+	Local   handshake.PrivateKey
+	Listen  netip.AddrPort
+	Peers   []Peer
+	Session SessionConfig
+	// HandshakesPerSecond caps the rate of handshake messages given Curve25519 work.
+	HandshakesPerSecond float64
+}
+
+// Headend serves many CPEs on one UDP socket.
+type Headend struct {
+	cfg  HeadendConfig
+	tun  Packet
+	m    *metrics.Set
+	log  *slog.Logger
+	conn *net.UDPConn
+	resp *handshake.Responder
+	mac  auth.Key
+	hsRL tokenBucket
+
+	routes prefixTable // inner destination -> peer name
+
+	mu        sync.RWMutex
+	byIndex   map[uint32]*Session
+	byPeer    map[string]*Session // peer name -> current session
+	peerByKey map[handshake.PublicKey]*Peer
+	peerIdx   map[string]uint32 // peer name -> the CPE's own index of its current session
+}
+
+// NewHeadend binds the listening socket.
+func NewHeadend(cfg HeadendConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*Headend, error) {
+	conn, err := listenUDP(cfg.Listen, "")
+	if err != nil {
+		return nil, err
+	}
+	h := &Headend{
+		cfg: cfg, tun: tun, m: m, log: log.With("role", "headend"), conn: conn,
+		mac:       auth.MacKey(cfg.Local.Public()),
+		byIndex:   make(map[uint32]*Session),
+		byPeer:    make(map[string]*Session),
+		peerByKey: make(map[handshake.PublicKey]*Peer),
+		peerIdx:   make(map[string]uint32),
+	}
+	keys := make([]handshake.PublicKey, 0, len(cfg.Peers))
+	for i := range cfg.Peers {
+		p := &cfg.Peers[i]
+		h.peerByKey[p.Key] = p
+		keys = append(keys, p.Key)
+		for _, pfx := range p.Prefixes {
+			h.routes.add(pfx, p.Name)
+		}
+	}
+	h.resp = handshake.NewResponder(cfg.Local, keys)
+	rate := cfg.HandshakesPerSecond
+	if rate <= 0 {
+		rate = 100
+	}
+	h.hsRL = tokenBucket{rate: rate, burst: rate}
+	return h, nil
+}
+
+// Run moves packets until ctx ends.
+func (h *Headend) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); h.readSocket(ctx) }()
+	go func() { defer wg.Done(); readTun(ctx, h.tun, h.m, h.route) }()
+	ticker := time.NewTicker(h.cfg.Session.Probe)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			h.conn.Close()
+			h.mu.Lock()
+			for _, s := range h.byIndex {
+				s.close()
+			}
+			h.mu.Unlock()
+			wg.Wait()
+			return nil
+		case now := <-ticker.C:
+			h.mu.RLock()
+			sessions := make([]*Session, 0, len(h.byPeer))
+			for _, s := range h.byPeer {
+				sessions = append(sessions, s)
+			}
+			h.mu.RUnlock()
+			for _, s := range sessions {
+				s.tick(now)
+			}
+		}
+	}
+}
+
+// route sends an inner packet to the session that owns its destination.
+func (h *Headend) route(buf []byte) bool {
+	dst, ok := innerDestination(buf[wire.HeaderLen:])
+	if !ok {
+		return false
+	}
+	name, ok := h.routes.lookup(dst)
+	if !ok {
+		return false
+	}
+	h.mu.RLock()
+	s := h.byPeer[name]
+	h.mu.RUnlock()
+	return s != nil && s.SendData(buf)
+}
+
+func (h *Headend) readSocket(ctx context.Context) {
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := h.conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			h.log.Warn("socket read failed", "err", err)
+			continue
+		}
+		h.onDatagram(buf[:n], from)
+	}
+}
+
+func (h *Headend) onDatagram(pkt []byte, from netip.AddrPort) {
+	hdr, err := wire.ParseHeader(pkt)
+	if err != nil {
+		h.drop(wire.ReasonOf(err))
+		return
+	}
+	if hdr.Type == wire.TypeHandshakeInit {
+		h.onInit(&hdr, pkt, from)
+		return
+	}
+	h.mu.RLock()
+	s := h.byIndex[hdr.Session]
+	h.mu.RUnlock()
+	if s == nil {
+		h.drop(wire.ReasonUnknownSession)
+		return
+	}
+	if reason, ok := s.receive(&hdr, pkt, from, time.Now()); !ok {
+		h.drop(reason)
+	}
+}
+
+// onInit answers a CPE's handshake: a new session, or new keys for the existing one.
+func (h *Headend) onInit(hdr *wire.Header, pkt []byte, from netip.AddrPort) {
+	if !auth.Verify(h.mac, pkt) {
+		h.drop(wire.ReasonBadTag)
+		return
+	}
+	if !h.hsRL.allow(time.Now()) {
+		h.drop(wire.ReasonRateLimited)
+		return
+	}
+	msg, err := wire.Parse(pkt)
+	if err != nil {
+		h.drop(wire.ReasonOf(err))
+		return
+	}
+	body := msg.Body.(wire.HandshakeBody)
+	peerKey, msg2, keys, err := h.resp.Respond(body.Noise)
+	if err != nil {
+		h.log.Info("handshake rejected", "from", from, "err", err)
+		h.m.Handshakes.WithLabelValues("unknown", "rejected").Inc()
+		h.drop(wire.ReasonHandshakeFailed)
+		return
+	}
+	peer := h.peerByKey[peerKey]
+	if peer == nil { // allowed by the responder but no longer configured
+		h.drop(wire.ReasonHandshakeFailed)
+		return
+	}
+	gen := &keyGen{id: hdr.KeyID, send: auth.Key(keys.Send), recv: auth.Key(keys.Recv), created: time.Now()}
+	s := h.sessionFor(peer, body.SenderIndex)
+	s.keys.install(gen, false)
+
+	reply := wire.HandshakeBody{SenderIndex: s.localIndex, Noise: msg2}.Append(nil)
+	out := make([]byte, wire.HeaderLen+len(reply))
+	rh := wire.Header{Type: wire.TypeHandshakeResp, LinkID: hdr.LinkID, KeyID: hdr.KeyID, Session: body.SenderIndex, Timestamp: clock.Micros32(clock.Nanos())}
+	rh.Put(out)
+	copy(out[wire.HeaderLen:], reply)
+	auth.Seal(auth.MacKey(peerKey), out)
+	if _, err := h.conn.WriteToUDPAddrPort(out, from); err != nil {
+		h.log.Warn("handshake response not sent", "peer", peer.Name, "err", err)
+		return
+	}
+	if l := s.link(hdr.LinkID); l != nil {
+		s.follow(l, from)
+	}
+	h.m.Handshakes.WithLabelValues(peer.Name, "ok").Inc()
+}
+
+// sessionFor returns the peer's session for the CPE's index, replacing an older one
+// (the CPE restarted) or creating the first.
+func (h *Headend) sessionFor(peer *Peer, cpeIndex uint32) *Session {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s := h.byPeer[peer.Name]; s != nil && h.peerIdx[peer.Name] == cpeIndex {
+		return s
+	}
+	if old := h.byPeer[peer.Name]; old != nil {
+		delete(h.byIndex, old.localIndex)
+		old.close()
+		h.log.Info("peer restarted its session", "peer", peer.Name)
+	}
+	var idx uint32
+	for idx == 0 || h.byIndex[idx] != nil {
+		idx = randomIndex()
+	}
+	cfg := h.cfg.Session
+	cfg.Peer = peer.Name
+	s := newSession(cfg, h.m, h.log, idx, h.deliver)
+	s.peerIndex.Store(cpeIndex)
+	s.onNewLink = func(id uint8) *link { return h.addPeerLink(s, id) }
+	h.byIndex[idx] = s
+	h.byPeer[peer.Name] = s
+	h.peerIdx[peer.Name] = cpeIndex
+	h.m.Sessions.Set(float64(len(h.byPeer)))
+	h.log.Info("session established", "peer", peer.Name, "session", idx)
+	return s
+}
+
+// addPeerLink creates the link for one of the CPE's uplinks the first time a packet
+// arrives on it. Its address is filled in by Session.follow.
+func (h *Headend) addPeerLink(s *Session, id uint8) *link {
+	var l *link
+	l = s.addLink(LinkSpec{ID: id, Name: fmt.Sprintf("link%d", id)}, func(b []byte) error {
+		to := l.remote.Load()
+		if to == nil {
+			return errors.New("no address for this link yet")
+		}
+		_, err := h.conn.WriteToUDPAddrPort(b, *to)
+		return err
+	})
+	return l
+}
+
+func (h *Headend) deliver(pkt []byte) {
+	if _, err := h.tun.Write(pkt); err != nil {
+		h.log.Debug("tunnel write failed", "err", err)
+	}
+}
+
+func (h *Headend) drop(r wire.Reason) { h.m.Drops.WithLabelValues(r.String()).Inc() }
+
+// tokenBucket limits handshake processing, the one expensive thing an unauthenticated
+// sender who knows our public key can make us do.
+type tokenBucket struct {
+	mu     sync.Mutex
+	rate   float64
+	burst  float64
+	tokens float64
+	last   time.Time
+}
+
+func (b *tokenBucket) allow(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.last.IsZero() {
+		b.tokens = b.burst
+	} else {
+		b.tokens = min(b.burst, b.tokens+now.Sub(b.last).Seconds()*b.rate)
+	}
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}

@@ -1,0 +1,255 @@
+package tunnel
+
+import (
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/aggd/aggd/internal/sched"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// LinkSpec describes one link of a session as the local side knows it before any
+// measurement: its identity, class and the rate priors from the configuration.
+type LinkSpec struct {
+	ID       uint8
+	Name     string
+	Class    sched.Class
+	TxRate   float64 // prior for the rate we can send at, bits/s (0 = unknown)
+	RxRate   float64 // prior for the rate the peer can send to us at, bits/s (0 = unknown)
+	Weight   float64 // pinned scheduler weight; 0 = automatic
+	Overhead int     // bytes the link adds per packet beyond our datagram (unused for now)
+}
+
+// defaultRate is what the scheduler assumes for a link with no prior and no measurement
+// yet. It only decides the very first packets: the measured delivery rate replaces it.
+const defaultRate = 50e6
+
+// link is one path of a session: our uplink (CPE) or the CPE's uplink as seen from the
+// headend. It carries the transmit counters, the receive accounting the peer wants in
+// feedback, and the health state derived from probes.
+type link struct {
+	spec LinkSpec
+	log  *slog.Logger
+
+	// send writes one finished datagram onto this path.
+	send func(pkt []byte) error
+
+	// Transmit side; txLinkSeq is only touched under the session's txMu.
+	txLinkSeq uint32
+
+	rx rxAccount
+
+	// Health, from probe replies.
+	mu         sync.Mutex
+	lastReply  time.Time
+	up         bool
+	rttNs      float64 // smoothed
+	peerRate   float64 // bits/s the peer reports receiving from us, smoothed
+	peerLoss   float64
+	prevReport wire.LinkReport
+	prevAt     time.Time
+	peerPrior  float64 // rate prior the peer announced for its receive direction
+	// Windowed minimum of the one-way delay the peer measures on this link (µs, with the
+	// clocks' offset, which is the same for every link and cancels in comparisons).
+	owdFloor     [2]int32
+	owdFloorSet  [2]bool
+	owdFloorTurn time.Time
+
+	// remote is the peer's address for this link (headend: learned from authenticated
+	// packets, so it follows NAT rebinding).
+	remote atomic.Pointer[netip.AddrPort]
+
+	m linkMetrics
+}
+
+type linkMetrics struct {
+	txBytes, txPackets, rxBytes, rxPackets, lost, dup prometheus.Counter
+	rtt, loss, rate, schedRate, up                    prometheus.Gauge
+}
+
+// rxAccount is what the receiver learns about a link from the data arriving on it.
+type rxAccount struct {
+	mu          sync.Mutex
+	packets     uint32
+	bytes       uint64
+	highLinkSeq uint32
+	seenAny     bool
+	lost        uint32
+	owdMin      int32 // µs, minimum in the current report period
+	owdLast     int32
+	owdFloor    int32 // µs, long-term minimum (base one-way delay incl. clock offset)
+	floorSet    bool
+	lastArrival time.Time
+}
+
+// account records one authenticated data packet and returns how many packets the link
+// sequence shows were lost just before it.
+func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time.Time) (lost uint32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.packets++
+	a.bytes += uint64(size)
+	if a.seenAny {
+		if d := wire.SeqDiff(h.LinkSeq, a.highLinkSeq); d > 1 {
+			lost = uint32(d - 1)
+			a.lost += lost
+		}
+		if wire.SeqAfter(h.LinkSeq, a.highLinkSeq) {
+			a.highLinkSeq = h.LinkSeq
+		}
+	} else {
+		a.highLinkSeq, a.seenAny = h.LinkSeq, true
+	}
+	owd := int32(nowMicros - h.Timestamp)
+	if a.owdMin == 0 || owd < a.owdMin {
+		a.owdMin = owd
+	}
+	a.owdLast = owd
+	if !a.floorSet || owd < a.owdFloor {
+		a.owdFloor, a.floorSet = owd, true
+	}
+	a.lastArrival = now
+	return lost
+}
+
+// report snapshots the link for a FEEDBACK message and starts a new report period.
+func (a *rxAccount) report(id uint8) wire.LinkReport {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := wire.LinkReport{
+		LinkID: id, RxPackets: a.packets, RxBytes: a.bytes,
+		HighestLinkSeq: a.highLinkSeq, Lost: a.lost,
+		OWDMinMicros: a.owdMin, OWDLastMicros: a.owdLast,
+	}
+	a.owdMin = 0
+	return r
+}
+
+// owd returns the link's base one-way delay estimate (µs, includes the clocks' offset,
+// which cancels between links) and whether data has arrived on it recently.
+func (a *rxAccount) owd(now time.Time, recent time.Duration) (floor, last int32, active bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.owdFloor, a.owdLast, a.floorSet && now.Sub(a.lastArrival) < recent
+}
+
+// onReply records a probe reply: the link is alive and we have an RTT sample.
+func (l *link) onReply(now time.Time, rtt time.Duration) (cameUp bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lastReply = now
+	if l.rttNs == 0 {
+		l.rttNs = float64(rtt)
+	} else {
+		l.rttNs += (float64(rtt) - l.rttNs) / 8
+	}
+	l.m.rtt.Set(l.rttNs / 1e9)
+	if !l.up {
+		l.up = true
+		l.m.up.Set(1)
+		return true
+	}
+	return false
+}
+
+// checkDown marks the link down when no probe reply came for downAfter.
+func (l *link) checkDown(now time.Time, downAfter time.Duration) (wentDown bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.up && now.Sub(l.lastReply) > downAfter {
+		l.up = false
+		l.m.up.Set(0)
+		return true
+	}
+	return false
+}
+
+// onFeedback turns the peer's cumulative counters for this link into a delivery rate
+// and a loss ratio.
+func (l *link) onFeedback(now time.Time, r wire.LinkReport) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.prevAt.IsZero() {
+		dt := now.Sub(l.prevAt).Seconds()
+		dBytes := r.RxBytes - l.prevReport.RxBytes
+		dPkts := r.RxPackets - l.prevReport.RxPackets
+		dLost := r.Lost - l.prevReport.Lost
+		if dt > 0 {
+			rate := float64(dBytes) * 8 / dt
+			l.peerRate += (rate - l.peerRate) / 4
+			l.m.rate.Set(l.peerRate)
+		}
+		if total := dPkts + dLost; total > 0 {
+			loss := float64(dLost) / float64(total)
+			l.peerLoss += (loss - l.peerLoss) / 4
+			l.m.loss.Set(l.peerLoss)
+		}
+	}
+	l.prevReport, l.prevAt = r, now
+	if r.OWDMinMicros != 0 {
+		// Two 10-second buckets: the floor follows a path that got longer within 20 s.
+		if now.Sub(l.owdFloorTurn) > 10*time.Second {
+			l.owdFloor[1], l.owdFloorSet[1] = l.owdFloor[0], l.owdFloorSet[0]
+			l.owdFloorSet[0] = false
+			l.owdFloorTurn = now
+		}
+		if !l.owdFloorSet[0] || r.OWDMinMicros < l.owdFloor[0] {
+			l.owdFloor[0], l.owdFloorSet[0] = r.OWDMinMicros, true
+		}
+	}
+}
+
+// peerOWDFloor is the link's base one-way delay towards the peer, as the peer measures it.
+func (l *link) peerOWDFloor() (int32, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f, ok := l.owdFloor[0], l.owdFloorSet[0]
+	if l.owdFloorSet[1] && (!ok || l.owdFloor[1] < f) {
+		f, ok = l.owdFloor[1], true
+	}
+	return f, ok
+}
+
+// setPeerPrior records the rate prior and class the peer configured for this link's
+// direction towards it (the CPE announces its downstream rates to the headend).
+func (l *link) setPeerPrior(rate float64, class sched.Class) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.peerPrior = rate
+	l.spec.Class = class
+}
+
+// params is the link as the scheduler should see it now.
+func (l *link) params() sched.LinkParams {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rate := l.spec.TxRate
+	if l.peerPrior > 0 && (rate == 0 || l.peerPrior < rate) {
+		rate = l.peerPrior
+	}
+	if rate == 0 {
+		rate = defaultRate
+	}
+	l.m.schedRate.Set(rate)
+	return sched.LinkParams{
+		ID: l.spec.ID, Usable: l.up, Class: l.spec.Class, RateBps: rate,
+		BaseOWD: int64(l.rttNs / 2), PinnedWeight: l.spec.Weight,
+	}
+}
+
+func (l *link) isUp() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.up
+}
+
+func (l *link) rtt() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return time.Duration(l.rttNs)
+}

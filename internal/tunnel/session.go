@@ -1,0 +1,456 @@
+package tunnel
+
+import (
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aggd/aggd/internal/auth"
+	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/reseq"
+	"github.com/aggd/aggd/internal/sched"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// SessionConfig is what a session needs from the daemon's configuration.
+type SessionConfig struct {
+	Peer      string // label for logs and metrics
+	MaxHold   time.Duration
+	MaxBuffer int
+	Probe     time.Duration // probe and feedback interval
+	DownAfter time.Duration // a link with no probe reply for this long leaves the schedule
+}
+
+// Session is one bond between a CPE and the headend: both directions' sequence state,
+// the scheduler for what we send, the resequencer for what we receive, and the links.
+type Session struct {
+	cfg        SessionConfig
+	log        *slog.Logger
+	m          *metrics.Set
+	localIndex uint32 // the peer puts this in the header of packets to us
+	peerIndex  atomic.Uint32
+	keys       keyRing
+	deliver    func([]byte) // writes an in-order inner packet to the tunnel interface
+
+	// Transmit: one lock orders sequence assignment, scheduling and the write to the
+	// socket, so that each link stays FIFO and probe watermarks are exact.
+	txMu     sync.Mutex
+	txSeq    uint32
+	sched    *sched.Scheduler
+	txCtrl   atomic.Uint64
+	schedDue atomic.Bool
+
+	// Receive: the resequencer and its hold timer.
+	rxMu      sync.Mutex
+	reseq     *reseq.Resequencer
+	holdTimer *time.Timer
+	armedAt   int64
+	lastStats reseq.Stats
+
+	linksMu sync.RWMutex
+	links   map[uint8]*link
+	// onNewLink is set by the headend: it creates a link when a CPE uplink first shows up.
+	onNewLink func(id uint8) *link
+
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newSession(cfg SessionConfig, m *metrics.Set, log *slog.Logger, localIndex uint32, deliver func([]byte)) *Session {
+	s := &Session{
+		cfg: cfg, m: m, localIndex: localIndex, deliver: deliver,
+		log:    log.With("peer", cfg.Peer, "session", localIndex),
+		sched:  sched.New(sched.Config{}),
+		reseq:  reseq.New(reseq.Config{MaxHold: int64(cfg.MaxHold), MaxBytes: cfg.MaxBuffer}, 0),
+		links:  make(map[uint8]*link),
+		closed: make(chan struct{}),
+	}
+	s.reseq.SetHold(int64(cfg.MaxHold))
+	s.holdTimer = time.AfterFunc(time.Hour, s.onHoldTimer)
+	s.holdTimer.Stop()
+	return s
+}
+
+// addLink creates the link with the given spec if it is new and returns it.
+func (s *Session) addLink(spec LinkSpec, send func([]byte) error) *link {
+	s.linksMu.Lock()
+	defer s.linksMu.Unlock()
+	if l, ok := s.links[spec.ID]; ok {
+		return l
+	}
+	lbl := []string{s.cfg.Peer, spec.Name}
+	l := &link{
+		spec: spec, send: send, log: s.log.With("link", spec.Name),
+		m: linkMetrics{
+			txBytes: s.m.LinkTxBytes.WithLabelValues(lbl...), txPackets: s.m.LinkTxPackets.WithLabelValues(lbl...),
+			rxBytes: s.m.LinkRxBytes.WithLabelValues(lbl...), rxPackets: s.m.LinkRxPackets.WithLabelValues(lbl...),
+			lost: s.m.LinkLost.WithLabelValues(lbl...), dup: s.m.LinkDuplicate.WithLabelValues(lbl...),
+			rtt: s.m.LinkRTT.WithLabelValues(lbl...), loss: s.m.LinkLoss.WithLabelValues(lbl...),
+			rate: s.m.LinkRate.WithLabelValues(lbl...), schedRate: s.m.LinkRatePrior.WithLabelValues(lbl...),
+			up: s.m.LinkUp.WithLabelValues(lbl...),
+		},
+	}
+	l.m.up.Set(0)
+	s.links[spec.ID] = l
+	ids := make([]uint8, 0, len(s.links))
+	for id := range s.links {
+		ids = append(ids, id)
+	}
+	s.rxMu.Lock()
+	s.reseq.SetLinks(ids)
+	s.rxMu.Unlock()
+	s.schedDue.Store(true)
+	return l
+}
+
+func (s *Session) link(id uint8) *link {
+	s.linksMu.RLock()
+	defer s.linksMu.RUnlock()
+	return s.links[id]
+}
+
+func (s *Session) allLinks() []*link {
+	s.linksMu.RLock()
+	defer s.linksMu.RUnlock()
+	out := make([]*link, 0, len(s.links))
+	for _, l := range s.links {
+		out = append(out, l)
+	}
+	return out
+}
+
+// established reports whether the session has keys to send with.
+func (s *Session) established() bool { return s.keys.sending() != nil }
+
+// SendData stripes one inner packet. buf holds wire.HeaderLen bytes of headroom followed
+// by the packet; the header is written in place. It reports false when no link is usable.
+func (s *Session) SendData(buf []byte) bool {
+	k := s.keys.sending()
+	if k == nil {
+		return false
+	}
+	if s.schedDue.Swap(false) {
+		s.refreshSchedule()
+	}
+	now := clock.Nanos()
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	primary, dup, hasDup, ok := s.sched.Pick(now, len(buf)+20+8)
+	if !ok {
+		return false
+	}
+	seq := s.txSeq
+	s.txSeq++
+	s.sendDataOn(primary, k, seq, 0, now, buf)
+	if hasDup {
+		s.sendDataOn(dup, k, seq, wire.FlagDuplicate, now, buf)
+	}
+	return true
+}
+
+// sendDataOn writes the header for one link into buf and sends it. Caller holds txMu.
+func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, now int64, buf []byte) {
+	l := s.link(id)
+	if l == nil {
+		return
+	}
+	l.txLinkSeq++
+	h := wire.Header{
+		Type: wire.TypeData, Flags: flags, LinkID: id, KeyID: k.id,
+		Session: s.peerIndex.Load(), Seq: seq, LinkSeq: l.txLinkSeq,
+		Timestamp: clock.Micros32(now),
+	}
+	h.Put(buf)
+	auth.Seal(k.send, buf)
+	if err := l.send(buf); err != nil {
+		s.log.Debug("send failed", "link", l.spec.Name, "err", err)
+		return
+	}
+	l.m.txPackets.Inc()
+	l.m.txBytes.Add(float64(len(buf) + 28))
+	if flags&wire.FlagDuplicate != 0 {
+		l.m.dup.Inc()
+	}
+}
+
+// refreshSchedule hands the links' current parameters to the scheduler.
+func (s *Session) refreshSchedule() {
+	links := s.allLinks()
+	params := make([]sched.LinkParams, 0, len(links))
+	var minFloor int32
+	floors := make([]int32, len(links))
+	haveFloors := true
+	for i, l := range links {
+		f, ok := l.peerOWDFloor()
+		floors[i] = f
+		haveFloors = haveFloors && ok
+		if i == 0 || f < minFloor {
+			minFloor = f
+		}
+	}
+	for i, l := range links {
+		p := l.params()
+		// Base one-way delay towards the peer: from the peer's OWD reports when every
+		// link has them (offsets between the clocks cancel), else half the RTT.
+		if haveFloors {
+			p.BaseOWD = int64(floors[i]-minFloor) * 1000
+		}
+		params = append(params, p)
+	}
+	s.txMu.Lock()
+	s.sched.SetLinks(params)
+	s.txMu.Unlock()
+}
+
+// sendControl seals and sends one control message on a link.
+func (s *Session) sendControl(l *link, t wire.Type, seq, linkSeq uint32, body []byte) {
+	k := s.keys.sending()
+	if k == nil {
+		return
+	}
+	pkt := make([]byte, wire.HeaderLen+len(body))
+	h := wire.Header{
+		Type: t, LinkID: l.spec.ID, KeyID: k.id, Session: s.peerIndex.Load(),
+		Seq: seq, LinkSeq: linkSeq, Timestamp: clock.Micros32(clock.Nanos()),
+	}
+	h.Put(pkt)
+	copy(pkt[wire.HeaderLen:], body)
+	auth.Seal(k.send, pkt)
+	if err := l.send(pkt); err != nil {
+		l.log.Debug("control send failed", "type", t, "err", err)
+		return
+	}
+	l.m.txPackets.Inc()
+	l.m.txBytes.Add(float64(len(pkt) + 28))
+}
+
+// sendProbe sends a probe whose sequence field is the data watermark of this link. It
+// takes txMu so that no data packet with a lower sequence number can still be on its way
+// to the socket behind it.
+func (s *Session) sendProbe(l *link) {
+	body := wire.ProbeBody{Counter: s.txCtrl.Add(1)}.Append(nil)
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	s.sendControl(l, wire.TypeProbe, s.txSeq, l.txLinkSeq, body)
+}
+
+// receive handles one datagram that parsed and matched this session. via is the link
+// the session's peer sent it on; from its source address.
+func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now time.Time) (reason wire.Reason, ok bool) {
+	k := s.keys.lookup(h.KeyID, now)
+	if k == nil {
+		return wire.ReasonStaleKey, false
+	}
+	if !auth.Verify(k.recv, pkt) {
+		return wire.ReasonBadTag, false
+	}
+	l := s.link(h.LinkID)
+	if l == nil {
+		l = s.learnLink(h.LinkID)
+		if l == nil {
+			return wire.ReasonUnknownSession, false
+		}
+	}
+	if h.Type == wire.TypeData {
+		if !k.acceptData(h.Seq) {
+			return wire.ReasonReplay, false
+		}
+	} else {
+		msg, err := wire.Parse(pkt)
+		if err != nil {
+			return wire.ReasonOf(err), false
+		}
+		if !k.acceptControl(msg.Counter()) {
+			return wire.ReasonReplay, false
+		}
+		defer s.handleControl(l, h, msg, now)
+	}
+	s.keys.confirm(k)
+	s.follow(l, from)
+	l.m.rxPackets.Inc()
+	l.m.rxBytes.Add(float64(len(pkt) + 28))
+	if h.Type == wire.TypeData {
+		nanos := clock.Nanos()
+		if lost := l.rx.account(h, len(pkt)+28, clock.Micros32(nanos), now); lost > 0 {
+			l.m.lost.Add(float64(lost))
+		}
+		s.rxMu.Lock()
+		s.reseq.Push(nanos, h.Seq, h.LinkID, pkt[wire.HeaderLen:], s.deliver)
+		s.armHoldTimer(nanos)
+		s.rxMu.Unlock()
+	}
+	return 0, true
+}
+
+// follow updates the peer's address for a link after an authenticated packet, so the
+// headend follows NAT rebinding. The CPE's links have fixed remotes and ignore it.
+func (s *Session) follow(l *link, from netip.AddrPort) {
+	if !from.IsValid() {
+		return
+	}
+	old := l.remote.Load()
+	if old != nil && *old == from {
+		return
+	}
+	l.remote.Store(&from)
+	if old != nil {
+		l.log.Info("peer address changed", "from", *old, "to", from)
+	}
+}
+
+// learnLink is set by the role: the headend creates links as the CPE's uplinks appear.
+func (s *Session) learnLink(id uint8) *link {
+	if s.onNewLink == nil {
+		return nil
+	}
+	return s.onNewLink(id)
+}
+
+func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now time.Time) {
+	switch body := msg.Body.(type) {
+	case wire.ProbeBody:
+		reply := wire.ProbeReplyBody{Counter: s.txCtrl.Add(1), EchoTimestamp: h.Timestamp, EchoLinkID: h.LinkID}
+		s.sendControl(l, wire.TypeProbeReply, 0, 0, reply.Append(nil))
+		nanos := clock.Nanos()
+		s.rxMu.Lock()
+		s.reseq.Watermark(nanos, h.LinkID, h.Seq, s.deliver)
+		s.armHoldTimer(nanos)
+		s.rxMu.Unlock()
+	case wire.ProbeReplyBody:
+		rtt := time.Duration(clock.Micros32(clock.Nanos())-body.EchoTimestamp) * time.Microsecond
+		if l.onReply(now, rtt) {
+			l.log.Info("link up", "rtt", rtt)
+			s.schedDue.Store(true)
+		}
+	case wire.FeedbackBody:
+		for _, r := range body.Links {
+			if fl := s.link(r.LinkID); fl != nil {
+				fl.onFeedback(now, r)
+			}
+		}
+		s.schedDue.Store(true)
+	case wire.LossNoticeBody:
+		s.rxMu.Lock()
+		for _, r := range body.Ranges {
+			s.reseq.Skip(r.Start, r.Count, s.deliver)
+		}
+		s.rxMu.Unlock()
+	case wire.LinkParamsBody:
+		for _, p := range body.Links {
+			if pl := s.link(p.LinkID); pl != nil {
+				pl.setPeerPrior(float64(p.RateBps), sched.Class(p.Class))
+			}
+		}
+		s.schedDue.Store(true)
+	}
+}
+
+// armHoldTimer makes sure the hold timer fires by the resequencer's next deadline.
+// Caller holds rxMu.
+func (s *Session) armHoldTimer(now int64) {
+	d, ok := s.reseq.NextDeadline()
+	if !ok || (s.armedAt != 0 && s.armedAt <= d) {
+		return
+	}
+	s.armedAt = d
+	s.holdTimer.Reset(time.Duration(d - now))
+}
+
+func (s *Session) onHoldTimer() {
+	s.rxMu.Lock()
+	defer s.rxMu.Unlock()
+	now := clock.Nanos()
+	s.armedAt = 0
+	s.reseq.Expire(now, s.deliver)
+	s.armHoldTimer(now)
+}
+
+// tick runs the per-session control work every probe interval: probes on every link,
+// health, feedback to the peer, the resequencer's hold time, and metrics.
+func (s *Session) tick(now time.Time) {
+	links := s.allLinks()
+	var best *link
+	for _, l := range links {
+		s.sendProbe(l)
+		if l.checkDown(now, s.cfg.DownAfter) {
+			l.log.Warn("link down: no probe reply", "after", s.cfg.DownAfter)
+			s.schedDue.Store(true)
+		}
+		if l.isUp() && (best == nil || l.rtt() < best.rtt()) {
+			best = l
+		}
+	}
+	if best != nil {
+		s.sendFeedback(best, links)
+	}
+	s.adaptHold(now, links)
+	s.publishReseqStats()
+	if s.schedDue.Swap(false) {
+		s.refreshSchedule()
+	}
+}
+
+func (s *Session) sendFeedback(via *link, links []*link) {
+	fb := wire.FeedbackBody{Counter: s.txCtrl.Add(1)}
+	for _, l := range links {
+		fb.Links = append(fb.Links, l.rx.report(l.spec.ID))
+	}
+	s.sendControl(via, wire.TypeFeedback, 0, 0, fb.Append(nil))
+}
+
+// adaptHold sets the resequencer's hold time from the spread of the links' one-way
+// delays plus their jitter: long enough for the slowest link's packets, no longer.
+func (s *Session) adaptHold(now time.Time, links []*link) {
+	var lo, hi, jitter int32
+	n := 0
+	for _, l := range links {
+		floor, last, active := l.rx.owd(now, 2*time.Second)
+		if !active {
+			continue
+		}
+		if n == 0 || floor < lo {
+			lo = floor
+		}
+		if n == 0 || floor > hi {
+			hi = floor
+		}
+		if j := last - floor; j > jitter {
+			jitter = j
+		}
+		n++
+	}
+	hold := time.Duration(hi-lo+2*jitter)*time.Microsecond + 10*time.Millisecond
+	if n < 2 || hold > s.cfg.MaxHold {
+		hold = s.cfg.MaxHold
+	}
+	s.rxMu.Lock()
+	s.reseq.SetHold(int64(hold))
+	s.rxMu.Unlock()
+}
+
+// publishReseqStats adds what the resequencer counted since the last tick to the metrics.
+func (s *Session) publishReseqStats() {
+	s.rxMu.Lock()
+	st := s.reseq.Stats()
+	prev := s.lastStats
+	s.lastStats = st
+	s.rxMu.Unlock()
+	p := s.cfg.Peer
+	s.m.ReorderHeld.WithLabelValues(p).Add(float64(st.Held - prev.Held))
+	s.m.ReorderLost.WithLabelValues(p).Add(float64(st.Lost - prev.Lost))
+	s.m.Duplicates.WithLabelValues(p).Add(float64(st.Duplicates - prev.Duplicates))
+	s.m.LatePackets.WithLabelValues(p).Add(float64(st.Late - prev.Late))
+	s.m.ReorderSkips.WithLabelValues(p).Add(float64(st.OverflowSkips - prev.OverflowSkips))
+	// Mean hold time = rate(reorder_hold_seconds_total) / rate(reorder_held_packets_total).
+	s.m.ReorderHold.WithLabelValues(p).Add(float64(st.HoldTimeNsSum-prev.HoldTimeNsSum) / 1e9)
+}
+
+func (s *Session) close() {
+	s.once.Do(func() {
+		close(s.closed)
+		s.holdTimer.Stop()
+	})
+}

@@ -1,0 +1,122 @@
+// Package e2e runs aggd as CPE and headend in network namespaces joined by shaped veth
+// uplinks and sends real TCP (iperf3) and UDP through the bond. It needs root.
+package e2e
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// goodputFloor is a loose sanity floor for a single TCP flow through the 100 Mbit/s
+// bond, far below what it achieves (BENCHMARKS.md has the figures): it catches a bond
+// that crawls, without making the test a benchmark.
+const goodputFloor = 20e6
+
+func TestSingleTCPFlowUsesAllLinks(t *testing.T) {
+	n := newTopology(t)
+	b := startBond(t, n)
+	startIperfServer(t, n)
+
+	for _, dir := range []struct {
+		name    string
+		reverse bool
+		ns      string // the sending side's aggd
+		peer    string
+	}{
+		{"upstream", false, "cpe", "headend"},
+		{"downstream", true, "hub", "cpe1"},
+	} {
+		t.Run(dir.name, func(t *testing.T) {
+			before := b.linkTx(t, dir.ns, dir.peer)
+			bps := iperf(t, n, 6, dir.reverse)
+			after := b.linkTx(t, dir.ns, dir.peer)
+			t.Logf("%s goodput %.1f Mbit/s", dir.name, bps/1e6)
+			if bps < goodputFloor {
+				t.Errorf("%s goodput %.1f Mbit/s is below the sanity floor of %.0f Mbit/s", dir.name, bps/1e6, goodputFloor/1e6)
+			}
+			var total float64
+			for link := range after {
+				total += after[link] - before[link]
+			}
+			if len(after) != len(uplinkRates) {
+				t.Fatalf("expected %d links in the metrics, got %v", len(uplinkRates), after)
+			}
+			for link, v := range after {
+				share := (v - before[link]) / total
+				t.Logf("  link %s carried %.1f%% of the packets", link, 100*share)
+				// Every link must carry a real part of a flow that exceeds any one link.
+				if share < 0.03 {
+					t.Errorf("link %s carried only %.1f%% of the packets", link, 100*share)
+				}
+			}
+		})
+	}
+}
+
+func TestTCPSurvivesUplinkOutage(t *testing.T) {
+	n := newTopology(t)
+	b := startBond(t, n)
+	startIperfServer(t, n)
+
+	out := filepath.Join(t.TempDir(), "iperf.json")
+	flow := n.Start("lan", out, "iperf3", "-c", server, "-t", "14", "-J")
+
+	time.Sleep(3 * time.Second)
+	n.Run("cpe", "ip", "link", "set", "up2", "down")
+	time.Sleep(4 * time.Second)
+	n.Run("cpe", "ip", "link", "set", "up2", "up")
+	time.Sleep(3 * time.Second) // the link must be probed up again and rejoin the schedule
+	atReturn := b.linkTx(t, "cpe", "headend")["up2"]
+	time.Sleep(2 * time.Second)
+	later := b.linkTx(t, "cpe", "headend")["up2"]
+
+	select {
+	case <-flow.Done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("iperf3 did not finish")
+	}
+	if flow.Err != nil {
+		t.Fatalf("the TCP flow broke during the outage: %v\n%s", flow.Err, readTail(out))
+	}
+	if got := later - atReturn; got < 100 {
+		t.Errorf("up2 sent %v packets in the 2 s after it came back; want it back in use", got)
+	}
+}
+
+func TestUDPArrivesInOrder(t *testing.T) {
+	n := newTopology(t)
+	startBond(t, n)
+	// 40 Mbit/s of 1200-byte datagrams for 3 s: more than the fastest link alone, less
+	// than the bond, so every link carries some and none drops.
+	r := sendSequencedUDP(t, n, 40e6, 1200, 3*time.Second)
+	t.Logf("sent %d, received %d, reordered %d, duplicated %d", r.sent, r.received, r.reordered, r.duplicates)
+	if r.reordered != 0 {
+		t.Errorf("%d datagrams arrived out of order", r.reordered)
+	}
+	if r.duplicates != 0 {
+		t.Errorf("%d datagrams arrived twice", r.duplicates)
+	}
+	if r.received < r.sent*9/10 {
+		t.Errorf("only %d of %d datagrams arrived", r.received, r.sent)
+	}
+}
+
+// linkTx returns each link's transmitted packet counter on one side.
+func (b *bond) linkTx(t *testing.T, ns, peer string) map[string]float64 {
+	m, err := b.metrics(ns)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", ns, err)
+	}
+	out := make(map[string]float64)
+	prefix := fmt.Sprintf(`aggd_link_transmit_packets_total{link="`)
+	for k, v := range m {
+		if strings.HasPrefix(k, prefix) && strings.Contains(k, `peer="`+peer+`"`) {
+			name := strings.TrimPrefix(k, prefix)
+			out[name[:strings.IndexByte(name, '"')]] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,263 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/handshake"
+	"github.com/aggd/aggd/internal/testnet"
+)
+
+// The test topology (every box is a network namespace):
+//
+//	lan ── cpe ═══ up1 (10 Mbit/s) ═══ hub (headend) ── srv
+//	           ═══ up2 (30 Mbit/s) ═══
+//	           ═══ up3 (60 Mbit/s) ═══
+//
+// Each uplink is a veth pair shaped with TBF in both directions. The headend's public
+// address (203.0.113.1) is on its loopback and reachable through every uplink; the CPE
+// has one route to it per uplink, and aggd's per-uplink sockets pick theirs.
+const (
+	lanHost   = "10.99.0.2"
+	server    = "10.97.0.2"
+	headendIP = "203.0.113.1"
+)
+
+// uplinkRates are the three links' rates in Mbit/s, the same in both directions.
+var uplinkRates = []int{10, 30, 60}
+
+// bond is a running topology with aggd on both sides.
+type bond struct {
+	*testnet.Net
+	dir     string
+	cpe     *testnet.Proc
+	headend *testnet.Proc
+}
+
+// aggdBinary is built once for the package by TestMain.
+var aggdBinary string
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() == 0 {
+		dir, err := os.MkdirTemp("", "aggd-e2e-bin")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		aggdBinary = filepath.Join(dir, "aggd")
+		build := exec.Command("go", "build", "-o", aggdBinary, "github.com/aggd/aggd/cmd/aggd")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building aggd:", err)
+			os.Exit(1)
+		}
+		code := m.Run()
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// newTopology builds the namespaces, links, shaping and addressing, without aggd.
+func newTopology(t *testing.T) *testnet.Net {
+	if testing.Short() {
+		t.Skip("end-to-end test; skipped with -short")
+	}
+	n := testnet.New(t, "ae")
+	n.AddNS("lan", "cpe", "hub", "srv")
+	n.Veth("lan", "eth0", lanHost+"/24", "cpe", "lan0", "10.99.0.1/24")
+	n.Run("lan", "ip", "route", "add", "default", "via", "10.99.0.1")
+	for i, rate := range uplinkRates {
+		k := i + 1
+		up, hl := fmt.Sprintf("up%d", k), fmt.Sprintf("hl%d", k)
+		n.Veth("cpe", up, fmt.Sprintf("10.98.%d.2/24", k), "hub", hl, fmt.Sprintf("10.98.%d.1/24", k))
+		n.Shape("cpe", up, fmt.Sprintf("%dmbit", rate), 40)
+		n.Shape("hub", hl, fmt.Sprintf("%dmbit", rate), 40)
+		n.Run("cpe", "ip", "route", "add", headendIP+"/32", "via", fmt.Sprintf("10.98.%d.1", k),
+			"dev", up, "metric", strconv.Itoa(100+k))
+	}
+	n.Run("hub", "ip", "addr", "add", headendIP+"/32", "dev", "lo")
+	n.Veth("hub", "wan0", "10.97.0.1/24", "srv", "eth0", server+"/24")
+	return n
+}
+
+// startBond writes keys and configs and starts aggd as headend and CPE.
+func startBond(t *testing.T, n *testnet.Net) *bond {
+	dir := t.TempDir()
+	cpeKey, hubKey := writeKey(t, dir, "cpe.key"), writeKey(t, dir, "hub.key")
+	var ups strings.Builder
+	for i := range uplinkRates {
+		k := i + 1
+		fmt.Fprintf(&ups, "  - name: up%d\n    interface: up%d\n    rate_up: %dmbit\n    rate_down: %dmbit\n",
+			k, k, uplinkRates[i], uplinkRates[i])
+	}
+	writeFile(t, dir, "cpe.yaml", fmt.Sprintf(`private_key_file: %s
+headend:
+  endpoint: %s:4242
+  public_key: %s
+tunnel:
+  address: [100.64.0.2/32]
+uplinks:
+%slog:
+  level: debug
+`, filepath.Join(dir, "cpe.key"), headendIP, hubKey, ups.String()))
+	writeFile(t, dir, "hub.yaml", fmt.Sprintf(`private_key_file: %s
+listen: %s:4242
+tunnel:
+  address: [100.64.0.1/24]
+nat:
+  out_interface: wan0
+peers:
+  - name: cpe1
+    public_key: %s
+    tunnel_address: [100.64.0.2/32]
+log:
+  level: debug
+`, filepath.Join(dir, "hub.key"), headendIP, cpeKey))
+
+	b := &bond{Net: n, dir: dir}
+	b.headend = n.Start("hub", filepath.Join(dir, "hub.log"), aggdBinary, "headend", "--config", filepath.Join(dir, "hub.yaml"))
+	b.cpe = n.Start("cpe", filepath.Join(dir, "cpe.log"), aggdBinary, "cpe", "--config", filepath.Join(dir, "cpe.yaml"))
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, f := range []string{"cpe.log", "hub.log"} {
+				data, _ := os.ReadFile(filepath.Join(dir, f))
+				t.Logf("---- %s (last 4 KiB) ----\n%s", f, tail(data, 4096))
+			}
+		}
+	})
+	b.waitReady(t)
+	return b
+}
+
+// waitReady waits until the LAN host can reach the server through the bond and every
+// uplink is up on both sides.
+func (b *bond) waitReady(t *testing.T) {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if b.cpe.Exited() || b.headend.Exited() {
+			t.Fatalf("aggd exited early (cpe: %v, headend: %v)", b.cpe.Exited(), b.headend.Exited())
+		}
+		_, err := b.Try("lan", "ping", "-c1", "-W1", server)
+		if err == nil && b.linksUp("cpe", "headend") == len(uplinkRates) && b.linksUp("hub", "cpe1") == len(uplinkRates) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("bond not ready after 20s: cpe links up %d, headend links up %d",
+		b.linksUp("cpe", "headend"), b.linksUp("hub", "cpe1"))
+}
+
+func (b *bond) linksUp(ns, peer string) int {
+	m, err := b.metrics(ns)
+	if err != nil {
+		return 0
+	}
+	up := 0
+	for k, v := range m {
+		if strings.HasPrefix(k, "aggd_link_up{") && strings.Contains(k, `peer="`+peer+`"`) && v == 1 {
+			up++
+		}
+	}
+	return up
+}
+
+// metrics scrapes a daemon's Prometheus endpoint into "name{labels}" → value.
+func (b *bond) metrics(ns string) (map[string]float64, error) {
+	body, err := b.HTTPGet(ns, "http://127.0.0.1:9469/metrics")
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]float64)
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out, nil
+}
+
+// metric returns one series' value (0 when absent).
+func (b *bond) metric(t *testing.T, ns, series string) float64 {
+	m, err := b.metrics(ns)
+	if err != nil {
+		t.Fatalf("scrape metrics in %s: %v", ns, err)
+	}
+	return m[series]
+}
+
+// iperfResult is the part of iperf3's JSON we use.
+type iperfResult struct {
+	End struct {
+		SumReceived struct {
+			BitsPerSecond float64 `json:"bits_per_second"`
+			Bytes         float64 `json:"bytes"`
+		} `json:"sum_received"`
+	} `json:"end"`
+	Error string `json:"error"`
+}
+
+// iperf runs one TCP flow from the LAN host to the server (reverse: server to LAN host)
+// and returns the receiver's goodput in bit/s. A failed or broken transfer fails the test.
+func iperf(t *testing.T, n *testnet.Net, seconds int, reverse bool) float64 {
+	args := []string{"iperf3", "-c", server, "-t", strconv.Itoa(seconds), "-J", "--connect-timeout", "3000"}
+	if reverse {
+		args = append(args, "-R")
+	}
+	out, err := n.Try("lan", args...)
+	var r iperfResult
+	if jerr := json.Unmarshal([]byte(out), &r); jerr != nil || err != nil || r.Error != "" {
+		t.Fatalf("iperf3 %v failed: %v %s\n%s", args, err, r.Error, tail([]byte(out), 2000))
+	}
+	return r.End.SumReceived.BitsPerSecond
+}
+
+func startIperfServer(t *testing.T, n *testnet.Net) {
+	n.Start("srv", filepath.Join(t.TempDir(), "iperf3-server.log"), "iperf3", "-s")
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if out, _ := n.Try("srv", "ss", "-ltn"); strings.Contains(out, ":5201") {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("iperf3 server did not start listening on port 5201")
+}
+
+func writeKey(t *testing.T, dir, name string) (public string) {
+	k, err := handshake.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := handshake.WritePrivateKeyFile(filepath.Join(dir, name), k); err != nil {
+		t.Fatal(err)
+	}
+	return k.Public().String()
+}
+
+func writeFile(t *testing.T, dir, name, content string) {
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
