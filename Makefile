@@ -9,7 +9,7 @@ LDFLAGS := -X github.com/aggd/aggd/internal/buildinfo.Version=$(VERSION)
 # Debian/Ubuntu packages the build, the tests and the lab need.
 DEB_PACKAGES := clang llvm libbpf-dev bpftool linux-libc-dev gcc-multilib \
 	iproute2 iperf3 nftables tcpdump ethtool iputils-ping spin \
-	qemu-system-x86 python3-matplotlib
+	qemu-system-x86 kmod busybox-static udev
 
 GOLANGCI_LINT_VERSION := v2.15.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
@@ -48,7 +48,7 @@ bench: build ## run benchmarks; results in results/bench/*.json
 	./scripts/bench.sh
 
 demo: build ## bring up the virtual lab with three links and show aggd working
-	./test/vm/demo.sh
+	./scripts/demo.sh
 
 lint: generate ## gofmt, go vet, golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

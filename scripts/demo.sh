@@ -70,7 +70,9 @@ cleanup() {
 	if [[ $rc != 0 && $rc != 130 && -n $WORK_DIR ]]; then
 		show_daemon_log_tails
 	fi
-	step "Cleaning up: stopping aggd and iperf3, deleting namespaces $(lab_ns '*')"
+	if ((${#STARTED_PIDS[@]})) || [[ -n $(lab_list_namespaces) ]]; then
+		step "Cleaning up: stopping aggd and iperf3, deleting namespaces $(lab_ns '*')"
+	fi
 	stop_started_processes
 	lab_kill_processes_in_namespaces
 	lab_delete_namespaces
@@ -88,8 +90,10 @@ cleanup() {
 
 # on_signal turns Ctrl-C / kill into an ordinary exit, so the EXIT trap cleans up once.
 on_signal() {
+	# Ignore further signals first: with a closed output, the message below raises
+	# SIGPIPE again, and a trap that re-enters itself would recurse until bash dies.
+	trap '' INT TERM HUP PIPE
 	printf '\ninterrupted by SIG%s\n' "$1" >&2 || true
-	trap - INT TERM HUP PIPE
 	exit 130
 }
 

@@ -210,11 +210,12 @@ func (n *Net) teardown() {
 			_ = p.Cmd.Process.Signal(os.Interrupt)
 		}
 	}
-	timeout := time.After(5 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for _, p := range n.procs {
 		select {
 		case <-p.Done:
-		case <-timeout:
+		case <-time.After(time.Until(deadline)):
+			n.t.Logf("%s did not stop on SIGINT within 5s; killing it", strings.Join(p.Cmd.Args, " "))
 			_ = p.Cmd.Process.Kill()
 			<-p.Done
 		}

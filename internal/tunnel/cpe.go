@@ -37,10 +37,12 @@ type CPEConfig struct {
 	Rekey      time.Duration
 }
 
-// Packet is what the tunnel interface reads and writes: one inner IP packet.
+// Packet is the tunnel interface: each Read and Write moves one inner IP packet. The
+// datapath closes it when it stops, which is what unblocks a pending Read.
 type Packet interface {
 	Read([]byte) (int, error)
 	Write([]byte) (int, error)
+	Close() error
 }
 
 // CPE runs the router side: one session to the headend over all uplinks.
@@ -104,6 +106,7 @@ func (c *CPE) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			c.closeConns()
+			c.tun.Close()
 			if s := c.session.Load(); s != nil {
 				s.close()
 			}

@@ -98,6 +98,7 @@ func (h *Headend) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			h.conn.Close()
+			h.tun.Close()
 			h.mu.Lock()
 			for _, s := range h.byIndex {
 				s.close()
