@@ -35,7 +35,8 @@ generate: ## compile the BPF programs (bpf2go, little and big endian)
 build: generate ## build bin/aggd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/aggd
 
-test: build ## run all tests (unit, BPF in-kernel, fuzz seeds, end-to-end in netns; needs root)
+test: build ## run all tests (unit, BPF in-kernel, fuzzing for FUZZTIME each, end-to-end in netns; needs root)
+	./scripts/fuzz-all.sh $${FUZZTIME:-5s}
 	$(GO) test -count=1 -timeout 40m $(PKGS)
 
 test-unit: generate ## unit tests only (no root needed for most)
