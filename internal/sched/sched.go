@@ -118,7 +118,7 @@ func (s *Scheduler) Backlog(now int64, id uint8) (int64, bool) {
 // to the lowest link ID.
 func (s *Scheduler) Pick(now int64, size int) (primary uint8, dup uint8, hasDup bool, ok bool) {
 	allowed := s.allowedClasses(now)
-	best := -1
+	var best int
 	if s.anyPinned(allowed) {
 		best = s.pickPinned(allowed)
 	} else {

@@ -94,9 +94,3 @@ func (r *keyRing) sending() *keyGen {
 	defer r.mu.RUnlock()
 	return r.tx
 }
-
-func (r *keyRing) current() *keyGen {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	return r.cur
-}

@@ -122,9 +122,6 @@ func (s *Session) allLinks() []*link {
 	return out
 }
 
-// established reports whether the session has keys to send with.
-func (s *Session) established() bool { return s.keys.sending() != nil }
-
 // SendData stripes one inner packet. buf holds wire.HeaderLen bytes of headroom followed
 // by the packet; the header is written in place. It reports false when no link is usable.
 func (s *Session) SendData(buf []byte) bool {

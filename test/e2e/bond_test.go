@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -111,7 +110,7 @@ func (b *bond) linkTx(t *testing.T, ns, peer string) map[string]float64 {
 		t.Fatalf("scrape %s: %v", ns, err)
 	}
 	out := make(map[string]float64)
-	prefix := fmt.Sprintf(`aggd_link_transmit_packets_total{link="`)
+	const prefix = `aggd_link_transmit_packets_total{link="`
 	for k, v := range m {
 		if strings.HasPrefix(k, prefix) && strings.Contains(k, `peer="`+peer+`"`) {
 			name := strings.TrimPrefix(k, prefix)

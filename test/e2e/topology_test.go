@@ -191,15 +191,6 @@ func (b *bond) metrics(ns string) (map[string]float64, error) {
 	return out, nil
 }
 
-// metric returns one series' value (0 when absent).
-func (b *bond) metric(t *testing.T, ns, series string) float64 {
-	m, err := b.metrics(ns)
-	if err != nil {
-		t.Fatalf("scrape metrics in %s: %v", ns, err)
-	}
-	return m[series]
-}
-
 // iperfResult is the part of iperf3's JSON we use.
 type iperfResult struct {
 	End struct {
