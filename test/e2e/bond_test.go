@@ -104,7 +104,7 @@ func TestUDPArrivesInOrder(t *testing.T) {
 }
 
 // linkTx returns each link's transmitted packet counter on one side.
-func (b *bond) linkTx(t *testing.T, ns, peer string) map[string]float64 {
+func (b *bond) linkTx(t testing.TB, ns, peer string) map[string]float64 {
 	m, err := b.metrics(ns)
 	if err != nil {
 		t.Fatalf("scrape %s: %v", ns, err)

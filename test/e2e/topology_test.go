@@ -67,7 +67,7 @@ func TestMain(m *testing.M) {
 }
 
 // newTopology builds the namespaces, links, shaping and addressing, without aggd.
-func newTopology(t *testing.T) *testnet.Net {
+func newTopology(t testing.TB) *testnet.Net {
 	if testing.Short() {
 		t.Skip("end-to-end test; skipped with -short")
 	}
@@ -90,7 +90,7 @@ func newTopology(t *testing.T) *testnet.Net {
 }
 
 // startBond writes keys and configs and starts aggd as headend and CPE.
-func startBond(t *testing.T, n *testnet.Net) *bond {
+func startBond(t testing.TB, n *testnet.Net) *bond {
 	dir := t.TempDir()
 	cpeKey, hubKey := writeKey(t, dir, "cpe.key"), writeKey(t, dir, "hub.key")
 	var ups strings.Builder
@@ -140,7 +140,7 @@ log:
 
 // waitReady waits until the LAN host can reach the server through the bond and every
 // uplink is up on both sides.
-func (b *bond) waitReady(t *testing.T) {
+func (b *bond) waitReady(t testing.TB) {
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		if b.cpe.Exited() || b.headend.Exited() {
@@ -204,7 +204,7 @@ type iperfResult struct {
 
 // iperf runs one TCP flow from the LAN host to the server (reverse: server to LAN host)
 // and returns the receiver's goodput in bit/s. A failed or broken transfer fails the test.
-func iperf(t *testing.T, n *testnet.Net, seconds int, reverse bool) float64 {
+func iperf(t testing.TB, n *testnet.Net, seconds int, reverse bool) float64 {
 	args := []string{"iperf3", "-c", server, "-t", strconv.Itoa(seconds), "-J", "--connect-timeout", "3000"}
 	if reverse {
 		args = append(args, "-R")
@@ -217,7 +217,7 @@ func iperf(t *testing.T, n *testnet.Net, seconds int, reverse bool) float64 {
 	return r.End.SumReceived.BitsPerSecond
 }
 
-func startIperfServer(t *testing.T, n *testnet.Net) {
+func startIperfServer(t testing.TB, n *testnet.Net) {
 	n.Start("srv", filepath.Join(t.TempDir(), "iperf3-server.log"), "iperf3", "-s")
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
@@ -229,7 +229,7 @@ func startIperfServer(t *testing.T, n *testnet.Net) {
 	t.Fatal("iperf3 server did not start listening on port 5201")
 }
 
-func writeKey(t *testing.T, dir, name string) (public string) {
+func writeKey(t testing.TB, dir, name string) (public string) {
 	k, err := handshake.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +240,7 @@ func writeKey(t *testing.T, dir, name string) (public string) {
 	return k.Public().String()
 }
 
-func writeFile(t *testing.T, dir, name, content string) {
+func writeFile(t testing.TB, dir, name, content string) {
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}

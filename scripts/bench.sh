@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# make bench: micro-benchmarks of the per-packet Go code, then the bond on the
+# three-link namespace topology. Results go to results/bench/ (JSON and text).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=results/bench
+mkdir -p "$out"
+echo "bench: per-packet micro-benchmarks -> $out/micro.txt"
+go test -run '^$' -bench . -benchmem -count 1 ./internal/sched ./internal/reseq ./internal/wire ./internal/auth | tee "$out/micro.txt"
+echo "bench: bond goodput and failover (needs root) -> $out/bond.json"
+AGGD_RESULTS="$PWD/$out" go test -run '^$' -bench BondGoodput -benchtime 1x -timeout 10m -v ./test/e2e | grep -v 'level=' | tee "$out/bond.txt"
+echo "bench: machine: $(nproc) CPUs, $(uname -r), $(date -u +%F)"
