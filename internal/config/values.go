@@ -257,7 +257,7 @@ func parseListen(s string) (netip.AddrPort, error) {
 	}
 	a, err := netip.ParseAddr(host)
 	if err != nil || a.Zone() != "" {
-		return netip.AddrPort{}, fmt.Errorf("%q: %q is not an IP address of this machine; write e.g. \"0.0.0.0:%d\"", s, host, port)
+		return netip.AddrPort{}, fmt.Errorf("%q: %q is not an IP address; write e.g. \"127.0.0.1:%d\" (this machine only) or \"0.0.0.0:%d\" (every address)", s, host, port, port)
 	}
 	return netip.AddrPortFrom(a, port), nil
 }

@@ -26,11 +26,15 @@ func (h *hostChanges) removeLeftovers() {
 	} else if existed {
 		h.log.Info("removed leftover tunnel interface from an earlier run", "interface", h.tunName)
 	}
-	if err := netcfg.RemoveOwnRoutes(); err != nil {
+	if n, err := netcfg.RemoveOwnRoutes(); err != nil {
 		h.log.Warn("could not remove leftover routes", "err", err)
+	} else if n > 0 {
+		h.log.Info("removed leftover routes from an earlier run", "routes", n)
 	}
-	if err := nat.Remove(); err != nil {
+	if existed, err := nat.Remove(); err != nil {
 		h.log.Warn("could not remove leftover nftables table", "table", nat.TableName, "err", err)
+	} else if existed {
+		h.log.Info("removed leftover nftables table from an earlier run", "table", "inet "+nat.TableName)
 	}
 }
 
@@ -62,11 +66,11 @@ func (h *hostChanges) nat(rules []nat.Masquerade) error {
 // undo reverts everything; closing the TUN device deletes it with its routes.
 func (h *hostChanges) undo() {
 	if h.natOn {
-		if err := nat.Remove(); err != nil {
+		if _, err := nat.Remove(); err != nil {
 			h.log.Warn("could not remove nftables table", "err", err)
 		}
 	}
-	if err := netcfg.RemoveOwnRoutes(); err != nil {
+	if _, err := netcfg.RemoveOwnRoutes(); err != nil {
 		h.log.Warn("could not remove routes", "err", err)
 	}
 	if h.dev != nil {

@@ -47,19 +47,19 @@ func Install(rules []Masquerade) error {
 	return nil
 }
 
-// Remove deletes aggd's table if present.
-func Remove() error {
+// Remove deletes aggd's table if present and reports whether it was.
+func Remove() (existed bool, err error) {
 	c, err := nftables.New()
 	if err != nil {
-		return fmt.Errorf("nat: open nftables: %w", err)
+		return false, fmt.Errorf("nat: open nftables: %w", err)
 	}
 	if !removeTable(c) {
-		return nil
+		return false, nil
 	}
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nat: delete table inet %s: %w", TableName, err)
+		return true, fmt.Errorf("nat: delete table inet %s: %w", TableName, err)
 	}
-	return nil
+	return true, nil
 }
 
 // removeTable queues deletion of aggd's table and reports whether it existed.

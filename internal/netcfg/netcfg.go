@@ -84,19 +84,23 @@ func AddGatewayRoute(dst, gw netip.Addr, dev string, metric int) error {
 	return nil
 }
 
-// RemoveOwnRoutes deletes every route aggd installed (by protocol), in all families.
-func RemoveOwnRoutes() error {
+// RemoveOwnRoutes deletes every route aggd installed (by protocol), in all families,
+// and returns how many it deleted.
+func RemoveOwnRoutes() (int, error) {
 	routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
-		return fmt.Errorf("netcfg: list routes: %w", err)
+		return 0, fmt.Errorf("netcfg: list routes: %w", err)
 	}
 	var errs []error
+	deleted := 0
 	for i := range routes {
 		if err := netlink.RouteDel(&routes[i]); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, fmt.Errorf("netcfg: delete route %s: %w", routes[i].Dst, err))
+			continue
 		}
+		deleted++
 	}
-	return errors.Join(errs...)
+	return deleted, errors.Join(errs...)
 }
 
 // DeleteLink removes an interface if it exists (a TUN left over from a crash).

@@ -191,7 +191,13 @@ func (h *Headend) onInit(hdr *wire.Header, pkt []byte, from netip.AddrPort) {
 	body := msg.Body.(wire.HandshakeBody)
 	peerKey, msg2, keys, err := h.resp.Respond(body.Noise)
 	if err != nil {
-		h.log.Info("handshake rejected", "from", from, "err", err)
+		// The CPE sends each INIT on every uplink and the copies after the first are
+		// rejected as replays by design: not worth a log line above debug.
+		level := slog.LevelInfo
+		if errors.Is(err, handshake.ErrReplayedInit) {
+			level = slog.LevelDebug
+		}
+		h.log.Log(context.Background(), level, "handshake rejected", "from", from, "err", err)
 		h.m.Handshakes.WithLabelValues("unknown", "rejected").Inc()
 		h.drop(wire.ReasonHandshakeFailed)
 		return

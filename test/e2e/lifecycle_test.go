@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/testnet"
+)
+
+// TestShutdownAndCrashRecovery checks that aggd removes everything it installed when it
+// stops cleanly, and that after a crash (SIGKILL leaves the NAT table behind) a new
+// aggd cleans up the leftovers and brings the bond back.
+func TestShutdownAndCrashRecovery(t *testing.T) {
+	n := newTopology(t)
+	b := startBond(t, n)
+
+	// Crash the CPE: its host changes stay behind.
+	if err := b.cpe.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-b.cpe.Done
+	if !b.hasTunnelState("cpe") {
+		t.Fatal("after SIGKILL expected agg0/routes/NAT left behind (the test would prove nothing)")
+	}
+
+	// A new CPE adopts the host: cleans up, handshakes again (the headend replaces the
+	// old session), and traffic flows.
+	b.cpe = n.Start("cpe", filepath.Join(b.dir, "cpe2.log"), aggdBinary, "cpe", "--config", filepath.Join(b.dir, "cpe.yaml"))
+	b.waitReady(t)
+	if out, err := n.Try("lan", "ping", "-c3", "-i0.2", "-W1", server); err != nil {
+		t.Fatalf("no traffic after the CPE restarted: %v\n%s", err, out)
+	}
+
+	// Clean stop: SIGTERM, exit 0, nothing left.
+	for _, side := range []struct {
+		ns string
+		p  *testnet.Proc
+	}{{"cpe", b.cpe}, {"hub", b.headend}} {
+		p := side.p
+		if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.Done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("aggd in %s did not exit within 10 s of SIGTERM", side.ns)
+		}
+		if p.Err != nil {
+			t.Errorf("aggd in %s exited with %v", side.ns, p.Err)
+		}
+		if b.hasTunnelState(side.ns) {
+			t.Errorf("aggd in %s left state behind after a clean stop:\n%s", side.ns, b.tunnelState(side.ns))
+		}
+	}
+	data, _ := os.ReadFile(filepath.Join(b.dir, "cpe2.log"))
+	// The kernel deletes a TUN with its routes when the crashed process's descriptor
+	// closes; the NAT table is what stays, and the new daemon must say it removed it.
+	if !strings.Contains(string(data), "removed leftover nftables table") {
+		t.Errorf("the restarted CPE did not report removing the crashed run's NAT table")
+	}
+}
+
+// tunnelState lists what aggd installs in a namespace: the tunnel interface, routes
+// with aggd's protocol number (0xa6 = 166), and the nftables table.
+func (b *bond) tunnelState(ns string) string {
+	link, _ := b.Try(ns, "ip", "-br", "link", "show", "agg0")
+	routes, _ := b.Try(ns, "ip", "route", "show", "proto", "166")
+	nft, _ := b.Try(ns, "nft", "list", "table", "inet", "aggd")
+	return strings.TrimSpace(strings.Join([]string{onlyIf(link, "agg0"), routes, onlyIf(nft, "table")}, "\n"))
+}
+
+func (b *bond) hasTunnelState(ns string) bool { return b.tunnelState(ns) != "" }
+
+func onlyIf(out, marker string) string {
+	if strings.Contains(out, marker) && !strings.Contains(out, "does not exist") && !strings.Contains(out, "No such file") {
+		return out
+	}
+	return ""
+}
