@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * SipHash-2-4 (Aumasson & Bernstein) for the aggd auth tag: the keyed hash
- * over the first 20 bytes of a DATA header (docs/wire-format.md, "Auth tag").
+ * over the first 20 bytes of an aggd header, and the pieces to extend it over a
+ * control message's body (docs/wire-format.md, "Auth tag").
  *
- * Only the fixed 20-byte message is needed in BPF (control messages, whose
- * tag also covers the body, go to the daemon), so the message length is a
- * compile-time constant and the compression loop is fully unrolled: no
- * loops for the verifier to bound.
+ * The DATA tag covers a fixed 20-byte message, so that hash is fully
+ * unrolled: no loops for the verifier to bound. The pieces (init, compress,
+ * final) are exposed too, for aggd_auth.h's control-message tag, whose
+ * message is the header plus a body of variable length.
  *
  * Byte order, per the doc: the key's k0/k1 and the message words are read
  * little-endian (as SipHash defines them), the 64-bit result is stored
@@ -103,11 +104,7 @@ static __always_inline void aggd_sipcompress(struct aggd_sipstate *s, __u64 m)
 	s->v0 ^= m;
 }
 
-/*
- * SipHash-2-4 of the 20 bytes at msg. The caller has bounds-checked all 20
- * (for packet data: msg + 20 <= data_end).
- */
-static __always_inline __u64 aggd_siphash24_20(struct aggd_sipkey k, const __u8 *msg)
+static __always_inline struct aggd_sipstate aggd_sipinit(struct aggd_sipkey k)
 {
 	struct aggd_sipstate s = {
 		/* "somepseudorandomlygeneratedbytes" */
@@ -116,19 +113,37 @@ static __always_inline __u64 aggd_siphash24_20(struct aggd_sipkey k, const __u8 
 		.v2 = k.k0 ^ 0x6c7967656e657261ULL,
 		.v3 = k.k1 ^ 0x7465646279746573ULL,
 	};
+	return s;
+}
+
+/*
+ * The last block (the 0..7 bytes left over, little-endian, in `tail`, and
+ * the message length mod 256 in the top byte), then finalisation: four
+ * rounds ("4" of 2-4).
+ */
+static __always_inline __u64 aggd_sipfinal(struct aggd_sipstate *s, __u64 tail, __u32 len)
+{
+	aggd_sipcompress(s, ((__u64)(len & 0xff) << 56) | tail);
+	s->v2 ^= 0xff;
+	aggd_sipround(s);
+	aggd_sipround(s);
+	aggd_sipround(s);
+	aggd_sipround(s);
+	return s->v0 ^ s->v1 ^ s->v2 ^ s->v3;
+}
+
+/*
+ * SipHash-2-4 of the 20 bytes at msg. The caller has bounds-checked all 20
+ * (for packet data: msg + 20 <= data_end).
+ */
+static __always_inline __u64 aggd_siphash24_20(struct aggd_sipkey k, const __u8 *msg)
+{
+	struct aggd_sipstate s = aggd_sipinit(k);
 
 	aggd_sipcompress(&s, aggd_load_le64(msg));
 	aggd_sipcompress(&s, aggd_load_le64(msg + 8));
-	/* Last block: the 4 remaining bytes, the length mod 256 in the top byte. */
-	aggd_sipcompress(&s, (20ULL << 56) | aggd_load_le32(msg + 16));
-
-	/* Finalisation: four rounds ("4" of 2-4). */
-	s.v2 ^= 0xff;
-	aggd_sipround(&s);
-	aggd_sipround(&s);
-	aggd_sipround(&s);
-	aggd_sipround(&s);
-	return s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
+	/* Last block: the 4 remaining bytes. */
+	return aggd_sipfinal(&s, aggd_load_le32(msg + 16), 20);
 }
 
 #endif /* AGGD_SIPHASH_H */
