@@ -8,9 +8,20 @@
  * datagram to the tunnel port is passed untouched and not counted: the shield
  * shares the interface with whatever else runs there.
  *
- * What it checks today: lengths, version, type, flags (the checks that need
- * only the packet). Session lookup, auth tag and replay come later, with the
- * session maps.
+ * What it checks, in this order (the daemon's order, so both count a datagram
+ * with several faults under the same reason):
+ *  1. lengths, version, type, flags: the checks that need only the header;
+ *  2. for DATA and the control types: the session (sessions map, keyed by
+ *     the header's Session field), the key generation (Key ID), the tag.
+ *     Control tags cover the body too and are verified with a bounded loop;
+ *     a control body longer than AGGD_CTRL_BODY_MAX, or one cut by IPv4
+ *     fragmentation, is passed to the daemon unverified (it verifies again).
+ * Handshake messages pass: the daemon checks their mac and rate-limits them.
+ * Bodies (bad_length, bad_body) and replay are left to the later stages.
+ *
+ * Counted twice: per reason in shield_stats, and per link and reason in
+ * shield_link_stats for every datagram whose header is whole and of version
+ * 1 (before that, the Link ID byte means nothing).
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -18,6 +29,7 @@
 
 #include "aggd_wire.h"
 #include "aggd_parse.h"
+#include "aggd_auth.h"
 
 /* The tunnel's UDP port, set by the loader before the program is loaded. */
 const volatile __u16 tunnel_port = AGGD_DEFAULT_PORT;
@@ -41,13 +53,87 @@ struct {
  */
 const volatile enum aggd_reason shield_reason_count = AGGD_REASON__COUNT;
 
-static __always_inline void shield_count(enum aggd_reason reason)
+/* Link IDs are one byte (255 is reserved but still counted). */
+#define SHIELD_MAX_LINKS 256
+
+/* Sessions a shield can hold; memory is allocated per entry in use. */
+#define SHIELD_MAX_SESSIONS 65536
+
+/* The per-link counters: one row of per-reason counts per link id. */
+struct aggd_link_counts {
+	__u64 count[AGGD_REASON__COUNT];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SHIELD_MAX_LINKS);
+	__type(key, __u32);
+	__type(value, struct aggd_link_counts);
+} shield_link_stats SEC(".maps");
+
+/*
+ * The receive keys of every session, keyed by the receiver's index as it is
+ * on the wire: the key is the header's 4 Session bytes, unconverted (so the
+ * daemon writes the index big-endian, whatever the host's byte order).
+ * Written by the daemon only.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SHIELD_MAX_SESSIONS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __be32);
+	__type(value, struct aggd_session);
+} sessions SEC(".maps");
+
+static __always_inline void shield_count(enum aggd_reason reason, const struct aggd_hdr *hdr)
 {
+	struct aggd_link_counts *row;
 	__u32 key = reason;
 	__u64 *cnt = bpf_map_lookup_elem(&shield_stats, &key);
 
 	if (cnt)
 		*cnt += 1;
+
+	if (!hdr || aggd_hdr_version(hdr) != AGGD_VERSION || reason >= AGGD_REASON__COUNT)
+		return;
+	key = hdr->link_id;
+	row = bpf_map_lookup_elem(&shield_link_stats, &key);
+	if (row)
+		row->count[reason] += 1;
+}
+
+/*
+ * Session, key generation and tag of a datagram that passed the header
+ * checks. body_len is the body's length, or AGGD_BODY_LEN_PARTIAL.
+ */
+static __always_inline enum aggd_reason shield_auth(const struct aggd_hdr *hdr, __u32 body_len,
+						    const void *end)
+{
+	const struct aggd_session *sess;
+	const struct aggd_rx_key *rk;
+	struct aggd_sipkey k;
+	__u8 type = aggd_hdr_type(hdr);
+	__be32 index = hdr->session;
+	int ok;
+
+	if (type == AGGD_TYPE_HANDSHAKE_INIT || type == AGGD_TYPE_HANDSHAKE_RESP)
+		return AGGD_REASON_NONE;
+	sess = bpf_map_lookup_elem(&sessions, &index);
+	if (!sess)
+		return AGGD_REASON_UNKNOWN_SESSION;
+	rk = aggd_session_rx_key(sess, hdr->key_id);
+	if (!rk)
+		return AGGD_REASON_STALE_KEY;
+	k = aggd_sipkey_from_bytes(rk->key);
+	if (type == AGGD_TYPE_DATA)
+		ok = aggd_hdr_tag_ok(k, hdr);
+	else if (body_len == AGGD_BODY_LEN_PARTIAL)
+		ok = -1;
+	else
+		ok = aggd_ctrl_tag_check(k, hdr, body_len, end);
+	if (ok < 0)
+		return AGGD_REASON_NONE; /* not decidable here: the daemon verifies */
+	return ok ? AGGD_REASON_NONE : AGGD_REASON_BAD_TAG;
 }
 
 SEC("xdp")
@@ -61,6 +147,7 @@ int aggd_xdp_shield(struct xdp_md *ctx)
 	struct aggd_udp_hdr *udp;
 	struct aggd_hdr *hdr = NULL;
 	enum aggd_reason reason;
+	__u32 body_len = 0;
 	__be16 proto;
 
 	/* Frames we cannot even classify are not ours to judge: the stack
@@ -81,11 +168,13 @@ int aggd_xdp_shield(struct xdp_md *ctx)
 		return XDP_PASS;
 	c.pos = udp + 1;
 
-	reason = aggd_locate_hdr(&c, ip, udp, &hdr);
+	reason = aggd_locate_hdr(&c, ip, udp, &hdr, &body_len);
 	if (reason == AGGD_REASON_NONE)
 		reason = hdr ? aggd_hdr_check(hdr) : AGGD_REASON_TRUNCATED;
+	if (reason == AGGD_REASON_NONE && hdr)
+		reason = shield_auth(hdr, body_len, c.end);
 
-	shield_count(reason);
+	shield_count(reason, hdr);
 	return reason == AGGD_REASON_NONE ? XDP_PASS : XDP_DROP;
 }
 

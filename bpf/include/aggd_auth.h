@@ -13,6 +13,7 @@
 
 #include "aggd_wire.h"
 #include "siphash.h"
+#include "aggd_verifier.h"
 
 /*
  * The largest control body BPF verifies: what fits behind the outer
@@ -21,6 +22,13 @@
  * and LINK_PARAMS to this room); longer ones are left to the daemon.
  */
 #define AGGD_CTRL_BODY_MAX 1444
+
+/* A mask that keeps every offset into a verified control body. */
+#define AGGD_CTRL_OFF_MASK 0x7ff
+_Static_assert(AGGD_CTRL_BODY_MAX <= AGGD_CTRL_OFF_MASK, "mask covers the body");
+
+/* Words of a control body behind its first 4 bytes, at most. */
+#define AGGD_CTRL_WORDS_MAX ((AGGD_CTRL_BODY_MAX - 4) / 8)
 
 /* Key generations a session accepts at once: the current and the previous. */
 #define AGGD_KEY_GENS 2
@@ -94,7 +102,7 @@ static __always_inline int aggd_ctrl_tag_check(struct aggd_sipkey k, const struc
 	const __u8 *body = hb + AGGD_HDR_LEN;
 	const __u8 *p;
 	struct aggd_sipstate s;
-	__u32 len, words, rest;
+	__u32 len, words, rest, tail_off, tail_len;
 	__u64 m;
 
 	if (body_len > AGGD_CTRL_BODY_MAX)
@@ -110,11 +118,11 @@ static __always_inline int aggd_ctrl_tag_check(struct aggd_sipkey k, const struc
 		/* The whole message is 20..23 bytes: the third word is the last. */
 #pragma unroll
 		for (__u32 j = 0; j < 3; j++) {
-			if (j >= body_len)
-				break;
-			if ((const void *)(body + j + 1) > end)
-				return -1;
-			m |= (__u64)body[j] << (32 + 8 * j);
+			if (j < body_len) {
+				if ((const void *)(body + j + 1) > end)
+					return -1;
+				m |= (__u64)body[j] << (32 + 8 * j);
+			}
 		}
 		return aggd_sipfinal(&s, m, len) == aggd_hdr_tag(h);
 	}
@@ -124,34 +132,47 @@ static __always_inline int aggd_ctrl_tag_check(struct aggd_sipkey k, const struc
 	m |= aggd_load_le32(body) << 32;
 	aggd_sipcompress(&s, m);
 
-	p = body + 4;
+	/*
+	 * Body bytes 4.. in 8-byte words, then a tail of 0..7 bytes at tail_off.
+	 * The tail's place is fixed before the loop and hidden from the
+	 * optimiser, so the code behind the loop does not depend on where the
+	 * loop left (p, or words as refined by the exit test): the verifier
+	 * can then check that code once instead of once per loop exit. The
+	 * mask changes nothing (the offset is at most AGGD_CTRL_BODY_MAX) but
+	 * gives the verifier a bound it can see.
+	 */
 	rest = body_len - 4;
 	words = rest / 8;
-	/* One iteration per 8-byte word; the constant bound is what the
-	 * verifier checks, words (at most (AGGD_CTRL_BODY_MAX - 4) / 8) ends it. */
-#pragma clang loop unroll(disable)
-	for (__u32 i = 0; i < (AGGD_CTRL_BODY_MAX - 4) / 8; i++) {
-		const __u8 *w;
+	tail_off = (4 + (rest & ~7U)) & AGGD_CTRL_OFF_MASK;
+	tail_len = rest & 7;
+	aggd_barrier_var(tail_off);
+	aggd_barrier_var(tail_len);
 
+	/* One iteration per word: the constant bound is what the verifier
+	 * checks, words (at most AGGD_CTRL_WORDS_MAX, as body_len is at most
+	 * AGGD_CTRL_BODY_MAX) ends the loop. p moves by a constant each time,
+	 * which the verifier tracks exactly. */
+	p = body + 4;
+	for (__u32 i = 0; i < AGGD_CTRL_WORDS_MAX; i++) {
 		if (i >= words)
 			break;
-		w = p + i * 8;
-		if ((const void *)(w + 8) > end)
+		aggd_barrier_var(p);
+		if ((const void *)(p + 8) > end)
 			return -1;
-		aggd_sipcompress(&s, aggd_load_le64(w));
+		aggd_sipcompress(&s, aggd_load_le64(p));
+		p += 8;
 	}
 
-	/* The last 0..7 bytes. */
-	p += words * 8;
-	rest &= 7;
+	p = body + tail_off;
+	aggd_barrier_var(p);
 	m = 0;
 #pragma unroll
 	for (__u32 j = 0; j < 7; j++) {
-		if (j >= rest)
-			break;
-		if ((const void *)(p + j + 1) > end)
-			return -1;
-		m |= (__u64)p[j] << (8 * j);
+		if (j < tail_len) {
+			if ((const void *)(p + j + 1) > end)
+				return -1;
+			m |= (__u64)p[j] << (8 * j);
+		}
 	}
 	return aggd_sipfinal(&s, m, len) == aggd_hdr_tag(h);
 }

@@ -20,6 +20,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "aggd_wire.h"
+#include "aggd_verifier.h"
 
 /* IPv4 fragment field bits (kernel-internal names, not in uapi). */
 #define AGGD_IP_MF 0x2000
@@ -144,15 +145,19 @@ static __always_inline int aggd_ipv4_more_fragments(const struct aggd_ipv4_hdr *
  * For a first fragment (MF set) the UDP length covers the whole datagram while
  * this packet carries only a part of it; the header must still be in the part.
  *
- * On success stores the aggd header and returns AGGD_REASON_NONE.
+ * On success stores the aggd header and the body length (bytes behind the
+ * aggd header), and returns AGGD_REASON_NONE. For a first fragment, which
+ * does not hold the whole body, the body length is AGGD_BODY_LEN_PARTIAL.
  */
+#define AGGD_BODY_LEN_PARTIAL 0xffffffffU
+
 static __always_inline enum aggd_reason
 aggd_locate_hdr(struct aggd_cursor *c, struct aggd_ipv4_hdr *ip, struct aggd_udp_hdr *udp,
-		struct aggd_hdr **hdrp)
+		struct aggd_hdr **hdrp, __u32 *body_lenp)
 {
 	struct aggd_hdr *hdr = c->pos;
-	__u32 ip_len = bpf_ntohs(ip->tot_len);
-	__u32 udp_len = bpf_ntohs(udp->len);
+	__u32 ip_len = aggd_bound16(bpf_ntohs(ip->tot_len));
+	__u32 udp_len = aggd_bound16(bpf_ntohs(udp->len));
 	__u32 hlen = aggd_ipv4_hlen(ip);
 	__u32 in_ip; /* datagram bytes (UDP header included) this IPv4 packet carries */
 	__u32 present;
@@ -177,6 +182,8 @@ aggd_locate_hdr(struct aggd_cursor *c, struct aggd_ipv4_hdr *ip, struct aggd_udp
 	if ((void *)(hdr + 1) > c->end)
 		return AGGD_REASON_TRUNCATED;
 	*hdrp = hdr;
+	*body_lenp = aggd_ipv4_more_fragments(ip) ? AGGD_BODY_LEN_PARTIAL
+						  : present - sizeof(*udp) - AGGD_HDR_LEN;
 	return AGGD_REASON_NONE;
 }
 

@@ -59,6 +59,7 @@ func xdpState(t *testing.T, ifindex int) *netlink.LinkXdp {
 // them, then detaches it.
 func TestAttachVethNative(t *testing.T) {
 	s := loadShieldT(t, DefaultTunnelPort)
+	addTestSession(t, s)
 	inFreshNetns(t, func(netns.NsHandle) {
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "aggd-rx"}, PeerName: "aggd-tx"}
 		if err := netlink.LinkAdd(veth); err != nil {

@@ -2,6 +2,9 @@ package bpf
 
 import (
 	"encoding/binary"
+	"testing"
+
+	"github.com/aggd/aggd/internal/auth"
 )
 
 // Test frame builder: Ethernet (+ VLAN tags) / IPv4 / UDP around an aggd
@@ -119,20 +122,50 @@ func ipChecksum(h []byte) uint16 {
 	return ^uint16(sum)
 }
 
+// The session the test datagrams belong to: addTestSession installs it.
+const (
+	testSession = 0xdeadbeef
+	testKeyID   = 1
+	testLinkID  = 3
+)
+
+var testKey = auth.Key{0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef}
+
+func addTestSession(t *testing.T, s *Shield) {
+	t.Helper()
+	if err := s.SetSession(testSession, []SessionKey{{ID: testKeyID, Key: testKey}}); err != nil {
+		t.Fatalf("SetSession: %v", err)
+	}
+}
+
 // aggdDatagram is a header with the given first two bytes (version<<4|type,
-// flags) and recognisable other fields, followed by body.
+// flags) and recognisable other fields, followed by body, with the tag of
+// testKey (by the rule of the type in its low nibble).
 func aggdDatagram(verType, flags byte, body []byte) []byte {
 	h := make([]byte, 28, 28+len(body))
 	h[0] = verType
 	h[1] = flags
-	h[2] = 3 // link id
-	h[3] = 1 // key id
-	binary.BigEndian.PutUint32(h[4:], 0xdeadbeef)
+	h[2] = testLinkID
+	h[3] = testKeyID
+	binary.BigEndian.PutUint32(h[4:], testSession)
 	binary.BigEndian.PutUint32(h[8:], 1000)
 	binary.BigEndian.PutUint32(h[12:], 500)
 	binary.BigEndian.PutUint32(h[16:], 123456)
-	copy(h[20:], []byte{1, 2, 3, 4, 5, 6, 7, 8})
-	return append(h, body...)
+	d := append(h, body...)
+	auth.Seal(testKey, d)
+	return d
+}
+
+// reseal recomputes d's tag under key after the caller changed the header.
+func reseal(key auth.Key, d []byte) []byte {
+	auth.Seal(key, d)
+	return d
+}
+
+// badTag flips one bit of d's tag.
+func badTag(d []byte) []byte {
+	d[27] ^= 0x01
+	return d
 }
 
 // validData is a well-formed version 1 DATA datagram with a small body.

@@ -6,6 +6,7 @@
 package bpf
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -48,7 +49,27 @@ const (
 	XDPGeneric XDPMode = "generic"
 )
 
-// Shield is the loaded XDP shield (aggd_xdp_shield) and its counters.
+// MaxKeyGenerations is how many receive key generations a session holds in
+// the shield: the current and the previous (docs/wire-format.md, Key ID).
+const MaxKeyGenerations = 2
+
+// SessionKey is one generation of a session's receive key: the Key ID the
+// peer puts in the header and the 16-byte SipHash key (auth.Key's layout).
+type SessionKey struct {
+	ID  uint8
+	Key [16]byte
+}
+
+// Shield is the loaded XDP shield (aggd_xdp_shield), its session keys and its
+// counters.
+//
+// For DATA and control messages the shield looks up the header's Session
+// index in its sessions map and drops the datagram as unknown_session if it
+// is absent, as stale_key if the Key ID matches none of the session's
+// generations, and as bad_tag if the tag does not verify. Control tags (which
+// cover the body) are verified for bodies up to 1444 bytes; longer bodies and
+// IPv4 first fragments of control messages pass unverified, as do handshake
+// messages: the daemon verifies everything it receives again.
 type Shield struct {
 	objs shieldObjects
 }
@@ -94,6 +115,92 @@ func (s *Shield) Program() *ebpf.Program { return s.objs.AggdXdpShield }
 // StatsMap returns the per-CPU counter map (for pinning). It stays owned by
 // the Shield.
 func (s *Shield) StatsMap() *ebpf.Map { return s.objs.ShieldStats }
+
+// SessionsMap returns the map of receive keys by session index (for
+// pinning). It stays owned by the Shield.
+func (s *Shield) SessionsMap() *ebpf.Map { return s.objs.Sessions }
+
+// LinkStatsMap returns the per-CPU per-link counter map (for pinning). It
+// stays owned by the Shield.
+func (s *Shield) LinkStatsMap() *ebpf.Map { return s.objs.ShieldLinkStats }
+
+// SetSession installs or replaces the receive keys of the session with the
+// given index (the receiver's index, as in the header's Session field): one
+// or two generations with distinct IDs, typically the current and the
+// previous. Index 0 is never a session's (only HANDSHAKE_INIT carries it).
+// A replacement is one map update: the shield sees the old generations or
+// the new ones.
+func (s *Shield) SetSession(index uint32, gens []SessionKey) error {
+	if index == 0 {
+		return errors.New("set session: index 0 is not a session index")
+	}
+	if len(gens) == 0 || len(gens) > MaxKeyGenerations {
+		return fmt.Errorf("set session %#x: %d key generations, want 1 to %d", index, len(gens), MaxKeyGenerations)
+	}
+	if len(gens) == 2 && gens[0].ID == gens[1].ID {
+		return fmt.Errorf("set session %#x: both key generations have ID %d", index, gens[0].ID)
+	}
+	var v shieldAggdSession
+	for i, g := range gens {
+		v.Gen[i].Id = g.ID
+		v.Gen[i].Valid = 1
+		v.Gen[i].Key = g.Key
+	}
+	if err := s.objs.Sessions.Update(sessionMapKey(index), &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("set session %#x: %w", index, err)
+	}
+	return nil
+}
+
+// DeleteSession removes a session's keys; from then on its packets are
+// dropped as unknown_session. Deleting an absent session is not an error.
+func (s *Shield) DeleteSession(index uint32) error {
+	err := s.objs.Sessions.Delete(sessionMapKey(index))
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete session %#x: %w", index, err)
+	}
+	return nil
+}
+
+// sessionMapKey is the sessions map's key: the index as its 4 bytes appear
+// on the wire (big-endian), which the BPF side uses without conversion.
+func sessionMapKey(index uint32) [4]byte {
+	var k [4]byte
+	binary.BigEndian.PutUint32(k[:], index)
+	return k
+}
+
+// LinkStats returns the shield's per-link counters summed over all CPUs:
+// for every link ID with a non-zero counter, the counts keyed by the names
+// in Reasons (every name present). A datagram is counted under the Link ID
+// of its header once the header is whole and has version 1; earlier rejects
+// (truncated, bad_version) appear only in Stats.
+func (s *Shield) LinkStats() (map[uint8]map[string]uint64, error) {
+	out := map[uint8]map[string]uint64{}
+	var perCPU []shieldAggdLinkCounts
+	for id := range uint32(s.objs.ShieldLinkStats.MaxEntries()) {
+		if err := s.objs.ShieldLinkStats.Lookup(id, &perCPU); err != nil {
+			return nil, fmt.Errorf("shield link stats %d: %w", id, err)
+		}
+		var sum [len(shieldAggdLinkCounts{}.Count)]uint64
+		var moved bool
+		for _, c := range perCPU {
+			for r, v := range c.Count {
+				sum[r] += v
+				moved = moved || v != 0
+			}
+		}
+		if !moved {
+			continue
+		}
+		row := make(map[string]uint64, len(Reasons))
+		for r, name := range Reasons {
+			row[name] = sum[r]
+		}
+		out[uint8(id)] = row
+	}
+	return out, nil
+}
 
 // Attach attaches the shield to the interface with the given index, in
 // native (driver) mode if the driver supports it, else in generic mode. The

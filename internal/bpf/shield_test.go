@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -181,6 +182,7 @@ func TestReasonEnumMatchesWire(t *testing.T) {
 
 func TestShieldVerdicts(t *testing.T) {
 	s := loadShieldT(t, DefaultTunnelPort)
+	addTestSession(t, s)
 
 	bad := func(verType, flags byte) []byte { return aggdDatagram(verType, flags, []byte("body")) }
 	garbage := bytes.Repeat([]byte{0xff}, 40) // would be bad_version if judged
@@ -250,6 +252,7 @@ func TestShieldVerdicts(t *testing.T) {
 // depending on it.
 func TestShieldTunnelPort(t *testing.T) {
 	s := loadShieldT(t, 5555)
+	addTestSession(t, s)
 	bad := aggdDatagram(0x21, 0, nil)
 	checkFrame(t, s, "default port, not configured", frameSpec{payload: bad}.build(), xdpPass, "")
 	checkFrame(t, s, "configured port, bad", frameSpec{dport: 5555, payload: bad}.build(), xdpDrop, "bad_version")
@@ -260,6 +263,7 @@ func TestShieldTunnelPort(t *testing.T) {
 // many runs each, exact totals.
 func TestShieldStatsSum(t *testing.T) {
 	s := loadShieldT(t, DefaultTunnelPort)
+	addTestSession(t, s)
 	good := frameSpec{payload: validData()}.build()
 	bad := frameSpec{payload: aggdDatagram(0x11, 0x40, nil)}.build()
 	const n = 100
@@ -324,19 +328,24 @@ func TestShieldStatsSum(t *testing.T) {
 // golden is the part of a testdata/wire/vectors.json entry the shield needs.
 type golden struct {
 	Name   string `json:"name"`
+	Key    string `json:"key"`
 	Packet string `json:"packet"`
 	Valid  bool   `json:"valid"`
 	Reason string `json:"reason"`
+	TagOK  bool   `json:"tag_ok"`
+	Header *struct {
+		Type    uint8  `json:"type"`
+		KeyID   uint8  `json:"key_id"`
+		Session uint32 `json:"session"`
+	} `json:"header"`
 }
 
-// shieldReasons are the reasons the shield decides today; for every other
-// reason it must pass the datagram on to the stages that check it.
-var shieldReasons = map[string]bool{"truncated": true, "bad_version": true, "bad_type": true, "bad_flags": true}
+// headerReasons are the reasons the shield decides from the header bytes
+// alone, before any session state.
+var headerReasons = map[string]bool{"truncated": true, "bad_version": true, "bad_type": true, "bad_flags": true}
 
-// TestShieldGoldenVectors runs every golden vector through the shield, as a
-// UDP datagram to the tunnel port. A missing vector file is a failure: the
-// vectors are what ties this program to the Go parser.
-func TestShieldGoldenVectors(t *testing.T) {
+func loadGolden(t *testing.T) []golden {
+	t.Helper()
 	path := filepath.Join("..", "..", "testdata", "wire", "vectors.json")
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -349,13 +358,36 @@ func TestShieldGoldenVectors(t *testing.T) {
 	if len(vectors) == 0 {
 		t.Fatalf("golden vectors %s: empty", path)
 	}
+	return vectors
+}
 
+func isHandshake(typ uint8) bool {
+	return typ == uint8(wire.TypeHandshakeInit) || typ == uint8(wire.TypeHandshakeResp)
+}
+
+// TestShieldGoldenVectors runs every golden vector through the shield, as a
+// UDP datagram to the tunnel port, twice: with the vector's key installed at
+// its session index and Key ID, and with no session. A missing vector file is
+// a failure: the vectors are what ties this program to the Go parser and to
+// package auth (which computed tag_ok).
+//
+// With the session, the shield must drop exactly the header faults and, for
+// DATA and control messages, the vectors whose tag_ok is false (as bad_tag);
+// body faults pass (the daemon counts them). Without it, every DATA or
+// control message with a sound header is unknown_session; handshakes pass.
+func TestShieldGoldenVectors(t *testing.T) {
+	vectors := loadGolden(t)
 	s := loadShieldT(t, DefaultTunnelPort)
 	seen := map[string]int{}
 	for _, v := range vectors {
 		pkt, err := hex.DecodeString(v.Packet)
 		if err != nil {
 			t.Errorf("%s: packet: %v", v.Name, err)
+			continue
+		}
+		rawKey, err := hex.DecodeString(v.Key)
+		if err != nil || len(rawKey) != 16 {
+			t.Errorf("%s: key %q", v.Name, v.Key)
 			continue
 		}
 		if v.Valid != (v.Reason == "") {
@@ -368,21 +400,50 @@ func TestShieldGoldenVectors(t *testing.T) {
 				continue
 			}
 		}
-		seen[v.Reason]++
-		verdict, counted := uint32(xdpPass), "pass"
-		if shieldReasons[v.Reason] {
-			verdict, counted = xdpDrop, v.Reason
+		frame := frameSpec{payload: pkt}.build()
+
+		if headerReasons[v.Reason] {
+			seen[v.Reason]++
+			checkFrame(t, s, "vector "+v.Name, frame, xdpDrop, v.Reason)
+			continue
 		}
-		checkFrame(t, s, "vector "+v.Name, frameSpec{payload: pkt}.build(), verdict, counted)
+		if v.Header == nil {
+			t.Errorf("%s: header parses (reason %q) but the vector has no header fields", v.Name, v.Reason)
+			continue
+		}
+		if isHandshake(v.Header.Type) {
+			seen["handshake"]++
+			checkFrame(t, s, "vector "+v.Name, frame, xdpPass, "pass")
+			continue
+		}
+
+		var key [16]byte
+		copy(key[:], rawKey)
+		if err := s.SetSession(v.Header.Session, []SessionKey{{ID: v.Header.KeyID, Key: key}}); err != nil {
+			t.Fatalf("%s: SetSession: %v", v.Name, err)
+		}
+		verdict, counted := uint32(xdpPass), "pass"
+		if !v.TagOK {
+			verdict, counted = xdpDrop, "bad_tag"
+		}
+		kind := "control"
+		if v.Header.Type == uint8(wire.TypeData) {
+			kind = "data"
+		}
+		seen[fmt.Sprintf("%s tag_ok=%v", kind, v.TagOK)]++
+		checkFrame(t, s, "vector "+v.Name+", session installed", frame, verdict, counted)
+
+		if err := s.DeleteSession(v.Header.Session); err != nil {
+			t.Fatalf("%s: DeleteSession: %v", v.Name, err)
+		}
+		checkFrame(t, s, "vector "+v.Name+", no session", frame, xdpDrop, "unknown_session")
 	}
 	// Without these the vectors would not exercise the shield's checks.
-	for r := range shieldReasons {
+	for _, r := range []string{"truncated", "bad_version", "bad_type", "bad_flags", "handshake",
+		"data tag_ok=true", "data tag_ok=false", "control tag_ok=true", "control tag_ok=false"} {
 		if seen[r] == 0 {
 			t.Errorf("golden vectors have no %s case", r)
 		}
-	}
-	if seen[""] == 0 {
-		t.Error("golden vectors have no valid case")
 	}
 }
 
@@ -433,6 +494,13 @@ func TestShieldStrictAlignment(t *testing.T) {
 	}
 	defer objs.Close()
 	s := &Shield{objs: objs}
+	addTestSession(t, s)
 	checkFrame(t, s, "strict: vlan + options, bad type", frameSpec{vlans: []uint16{etherTypeVLAN}, ipOptions: 1, payload: aggdDatagram(0x19, 0, nil)}.build(), xdpDrop, "bad_type")
 	checkFrame(t, s, "strict: data", frameSpec{payload: validData()}.build(), xdpPass, "pass")
+	checkFrame(t, s, "strict: data, bad tag", frameSpec{payload: badTag(validData())}.build(), xdpDrop, "bad_tag")
+	for _, n := range []int{0, 3, 8, 13, 1444} {
+		body := bytes.Repeat([]byte{0xa5}, n)
+		checkFrame(t, s, fmt.Sprintf("strict: feedback, %d-byte body", n), frameSpec{vlans: []uint16{etherTypeVLAN}, payload: aggdDatagram(0x16, 0, body)}.build(), xdpPass, "pass")
+		checkFrame(t, s, fmt.Sprintf("strict: feedback, %d-byte body, bad tag", n), frameSpec{ipOptions: 1, payload: badTag(aggdDatagram(0x16, 0, body))}.build(), xdpDrop, "bad_tag")
+	}
 }
