@@ -85,10 +85,24 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	if err != nil {
 		return err
 	}
+	session := sessionConfig("headend", cfg.Reorder, cfg.Probe)
+	var localPort uint16
+	if cfg.BPF.Enabled && !opts.NoBPF {
+		ifaces := make([]string, 0, len(uplinks))
+		for _, u := range uplinks {
+			ifaces = append(ifaces, u.Interface)
+		}
+		// The shield spots tunnel packets by destination port: the uplink sockets bind
+		// the headend's port so that replies to them carry it.
+		if sh := startShield(log, endpoint.Port(), ifaces, m.Registry); sh != nil {
+			defer sh.close()
+			session.Keys = sh.observer()
+			localPort = endpoint.Port()
+		}
+	}
 	cpe, err := tunnel.NewCPE(tunnel.CPEConfig{
 		Local: key, HeadendKey: handshake.PublicKey(cfg.Headend.PublicKey), Endpoint: endpoint,
-		Uplinks: uplinks, Session: sessionConfig("headend", cfg.Reorder, cfg.Probe),
-		Rekey: cfg.RekeyInterval,
+		Uplinks: uplinks, Session: session, Rekey: cfg.RekeyInterval, LocalPort: localPort,
 	}, dev, m, log)
 	if err != nil {
 		return err
@@ -137,9 +151,15 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	if err != nil {
 		return err
 	}
+	session := sessionConfig("", cfg.Reorder, cfg.Probe)
+	if cfg.BPF.Enabled && !opts.NoBPF {
+		if sh := startShield(log, cfg.Listen.Port(), shieldInterfaces(dev.Name()), m.Registry); sh != nil {
+			defer sh.close()
+			session.Keys = sh.observer()
+		}
+	}
 	he, err := tunnel.NewHeadend(tunnel.HeadendConfig{
-		Local: key, Listen: cfg.Listen, Peers: peers,
-		Session: sessionConfig("", cfg.Reorder, cfg.Probe),
+		Local: key, Listen: cfg.Listen, Peers: peers, Session: session,
 	}, dev, m, log)
 	if err != nil {
 		return err
@@ -150,9 +170,9 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 
 func logDatapath(log *slog.Logger, bpfWanted bool) {
 	if bpfWanted {
-		log.Warn("BPF fast path is not part of this build yet; forwarding in userspace (same behaviour, lower packet rate)")
+		log.Info("forwarding in userspace: the BPF forwarding fast path is not part of this build yet; the XDP receive shield is")
 	} else {
-		log.Info("BPF fast path disabled; forwarding in userspace")
+		log.Info("BPF disabled: forwarding in userspace, no XDP shield")
 	}
 }
 

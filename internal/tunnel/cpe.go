@@ -35,6 +35,10 @@ type CPEConfig struct {
 	Uplinks    []Uplink
 	Session    SessionConfig
 	Rekey      time.Duration
+	// LocalPort is the UDP port every uplink socket binds (each on its own interface and
+	// address). The XDP shield recognises tunnel traffic by destination port, so with
+	// the shield this is the tunnel port; 0 picks an ephemeral port per uplink.
+	LocalPort uint16
 }
 
 // Packet is the tunnel interface: each Read and Write moves one inner IP packet. The
@@ -76,7 +80,7 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 		localIndex: randomIndex(),
 	}
 	for _, u := range cfg.Uplinks {
-		conn, err := listenUDP(netip.AddrPortFrom(u.Source, 0), u.Interface)
+		conn, err := listenUDP(netip.AddrPortFrom(u.Source, cfg.LocalPort), u.Interface)
 		if err != nil {
 			c.closeConns()
 			return nil, fmt.Errorf("uplink %s: %w", u.Spec.Name, err)
@@ -195,6 +199,15 @@ func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort) {
 		c.drop(wire.ReasonOf(err))
 		return
 	}
+	// A DATA body is checked before any session state (the wire format's check
+	// order): its tag covers only the header, so this is what keeps a malformed inner
+	// packet out of the tunnel interface.
+	if h.Type == wire.TypeData {
+		if err := wire.CheckData(pkt[wire.HeaderLen:]); err != nil {
+			c.drop(wire.ReasonOf(err))
+			return
+		}
+	}
 	if h.Type == wire.TypeHandshakeResp {
 		c.onResponse(&h, pkt)
 		return
@@ -248,13 +261,13 @@ func (c *CPE) onResponse(h *wire.Header, pkt []byte) {
 			s.close()
 		}
 		s = c.newSession(body.SenderIndex)
-		s.keys.install(gen, true)
+		s.installKeys(gen, true)
 		c.session.Store(s)
 		c.m.Sessions.Set(1)
 		c.log.Info("session established", "headend_index", body.SenderIndex)
 		c.announceLinks(s)
 	} else {
-		s.keys.install(gen, true)
+		s.installKeys(gen, true)
 		c.log.Debug("rekeyed", "key_id", c.keyID)
 	}
 	c.m.Handshakes.WithLabelValues("headend", "ok").Inc()

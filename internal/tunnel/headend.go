@@ -157,6 +157,15 @@ func (h *Headend) onDatagram(pkt []byte, from netip.AddrPort) {
 		h.drop(wire.ReasonOf(err))
 		return
 	}
+	// A DATA body is checked before any session state (the wire format's check
+	// order): its tag covers only the header, so this is what keeps a malformed inner
+	// packet out of the tunnel interface.
+	if hdr.Type == wire.TypeData {
+		if err := wire.CheckData(pkt[wire.HeaderLen:]); err != nil {
+			h.drop(wire.ReasonOf(err))
+			return
+		}
+	}
 	if hdr.Type == wire.TypeHandshakeInit {
 		h.onInit(&hdr, pkt, from)
 		return
@@ -209,7 +218,7 @@ func (h *Headend) onInit(hdr *wire.Header, pkt []byte, from netip.AddrPort) {
 	}
 	gen := &keyGen{id: hdr.KeyID, send: auth.Key(keys.Send), recv: auth.Key(keys.Recv), created: time.Now()}
 	s := h.sessionFor(peer, body.SenderIndex)
-	s.keys.install(gen, false)
+	s.installKeys(gen, false)
 
 	reply := wire.HandshakeBody{SenderIndex: s.localIndex, Noise: msg2}.Append(nil)
 	out := make([]byte, wire.HeaderLen+len(reply))

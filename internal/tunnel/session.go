@@ -22,6 +22,21 @@ type SessionConfig struct {
 	MaxBuffer int
 	Probe     time.Duration // probe and feedback interval
 	DownAfter time.Duration // a link with no probe reply for this long leaves the schedule
+	// Keys, when set, is told every session's receive keys, so that the XDP shield can
+	// verify tags before the daemon sees the packets.
+	Keys KeyObserver
+}
+
+// KeyGeneration is one receive key generation of a session.
+type KeyGeneration struct {
+	ID  uint8
+	Key [16]byte
+}
+
+// KeyObserver follows sessions' receive keys (implemented by the XDP shield's loader).
+type KeyObserver interface {
+	SessionKeys(index uint32, gens []KeyGeneration)
+	SessionClosed(index uint32)
 }
 
 // Session is one bond between a CPE and the headend: both directions' sequence state,
@@ -398,6 +413,10 @@ func (s *Session) sendFeedback(via *link, links []*link) {
 	s.sendControl(via, wire.TypeFeedback, 0, 0, fb.Append(nil))
 }
 
+// holdMargin is added to the measured delay spread to make the hold time. A variable
+// only so that tests can widen it.
+var holdMargin = 10 * time.Millisecond
+
 // adaptHold sets the resequencer's hold time from the spread of the links' one-way
 // delays plus their jitter: long enough for the slowest link's packets, no longer.
 func (s *Session) adaptHold(now time.Time, links []*link) {
@@ -419,7 +438,7 @@ func (s *Session) adaptHold(now time.Time, links []*link) {
 		}
 		n++
 	}
-	hold := time.Duration(hi-lo+2*jitter)*time.Microsecond + 10*time.Millisecond
+	hold := time.Duration(hi-lo+2*jitter)*time.Microsecond + holdMargin
 	if n < 2 || hold > s.cfg.MaxHold {
 		hold = s.cfg.MaxHold
 	}
@@ -445,9 +464,27 @@ func (s *Session) publishReseqStats() {
 	s.m.ReorderHold.WithLabelValues(p).Add(float64(st.HoldTimeNsSum-prev.HoldTimeNsSum) / 1e9)
 }
 
+// installKeys adds a key generation and tells the observer the receive keys now valid.
+func (s *Session) installKeys(g *keyGen, sendNow bool) {
+	s.keys.install(g, sendNow)
+	if s.cfg.Keys == nil {
+		return
+	}
+	gens := []KeyGeneration{{ID: g.id, Key: g.recv}}
+	s.keys.mu.RLock()
+	if p := s.keys.prev; p != nil {
+		gens = append(gens, KeyGeneration{ID: p.id, Key: p.recv})
+	}
+	s.keys.mu.RUnlock()
+	s.cfg.Keys.SessionKeys(s.localIndex, gens)
+}
+
 func (s *Session) close() {
 	s.once.Do(func() {
 		close(s.closed)
 		s.holdTimer.Stop()
+		if s.cfg.Keys != nil {
+			s.cfg.Keys.SessionClosed(s.localIndex)
+		}
 	})
 }

@@ -48,6 +48,7 @@ func TestForgedPacketsNeverReachTheServer(t *testing.T) {
 	time.Sleep(time.Second)
 	base := recv.result(3000)
 	before := dropCounters(t, b)
+	xdpBefore := b.metric(t, "hub", `aggd_xdp_packets_total{reason="bad_tag"}`)
 
 	// 1. Replays: every captured data packet again, verbatim.
 	for _, p := range data {
@@ -69,6 +70,10 @@ func TestForgedPacketsNeverReachTheServer(t *testing.T) {
 	if got.received != base.received || got.duplicates != 0 {
 		t.Errorf("forged packets reached the server: %d datagrams before injection, %d after, %d duplicates",
 			base.received, got.received, got.duplicates)
+	}
+	// The broken tags must have been stopped by the XDP shield, before an skb existed.
+	if d := b.metric(t, "hub", `aggd_xdp_packets_total{reason="bad_tag"}`) - xdpBefore; d != float64(len(data)) {
+		t.Errorf("XDP shield dropped %v packets as bad_tag, want %d (is the shield attached? see hub.log)", d, len(data))
 	}
 	for reason, want := range map[string]float64{"replay": float64(len(data)), "bad_tag": float64(len(data)), "handshake_failed": 1} {
 		if d := after[reason] - before[reason]; d != want {
@@ -151,9 +156,12 @@ func dropCounters(t *testing.T, b *bond) map[string]float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A packet is dropped either by the XDP shield (before the daemon sees it) or by
+	// the daemon: count both.
 	out := make(map[string]float64)
 	for _, r := range wire.AllReasons() {
-		out[r.String()] = m[fmt.Sprintf(`aggd_drops_total{reason=%q}`, r.String())]
+		out[r.String()] = m[fmt.Sprintf(`aggd_drops_total{reason=%q}`, r.String())] +
+			m[fmt.Sprintf(`aggd_xdp_packets_total{reason=%q}`, r.String())]
 	}
 	return out
 }

@@ -191,6 +191,15 @@ func (b *bond) metrics(ns string) (map[string]float64, error) {
 	return out, nil
 }
 
+// metric returns one series' value from a daemon's metrics (0 when absent).
+func (b *bond) metric(t testing.TB, ns, series string) float64 {
+	m, err := b.metrics(ns)
+	if err != nil {
+		t.Fatalf("scrape metrics in %s: %v", ns, err)
+	}
+	return m[series]
+}
+
 // iperfResult is the part of iperf3's JSON we use.
 type iperfResult struct {
 	End struct {
