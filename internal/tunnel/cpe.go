@@ -64,6 +64,7 @@ type CPE struct {
 	session    atomic.Pointer[Session]
 	lastHeard  atomic.Int64 // clock.Nanos of the last authenticated packet from the headend
 
+	hsSlot    chan struct{} // at most one handshake response in progress
 	hsMu      sync.Mutex
 	pending   *handshake.Initiator
 	pendingID uint8
@@ -78,6 +79,7 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 		cfg: cfg, tun: tun, m: m, log: log.With("role", "cpe"),
 		macH: auth.MacKey(cfg.HeadendKey), macL: auth.MacKey(cfg.Local.Public()),
 		localIndex: randomIndex(),
+		hsSlot:     make(chan struct{}, 1),
 	}
 	for _, u := range cfg.Uplinks {
 		conn, err := listenUDP(netip.AddrPortFrom(u.Source, cfg.LocalPort), u.Interface)
@@ -166,7 +168,7 @@ func (c *CPE) maybeHandshake(now time.Time) {
 	// (the others are rejected there as replays), so one working link suffices.
 	for i, conn := range c.conns {
 		pkt := make([]byte, wire.HeaderLen+len(body))
-		h := wire.Header{Type: wire.TypeHandshakeInit, LinkID: uint8(i), KeyID: c.pendingID, Timestamp: clock.Micros32(clock.Nanos())}
+		h := wire.Header{Type: wire.TypeHandshakeInit, LinkID: c.cfg.Uplinks[i].Spec.ID, KeyID: c.pendingID, Timestamp: clock.Micros32(clock.Nanos())}
 		h.Put(pkt)
 		copy(pkt[wire.HeaderLen:], body)
 		auth.Seal(c.macH, pkt)
@@ -209,7 +211,20 @@ func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort) {
 		}
 	}
 	if h.Type == wire.TypeHandshakeResp {
-		c.onResponse(&h, pkt)
+		// Finishing a handshake costs several Curve25519 operations (tens of ms on a
+		// small router CPU). Done on this uplink's read loop it would stall the link's
+		// data behind it and make the resequencer give up on it; so it runs on its own,
+		// one at a time (a flood of responses cannot pile up goroutines).
+		select {
+		case c.hsSlot <- struct{}{}:
+			resp := append([]byte(nil), pkt...)
+			go func() {
+				defer func() { <-c.hsSlot }()
+				c.onResponse(&h, resp)
+			}()
+		default:
+			c.drop(wire.ReasonRateLimited)
+		}
 		return
 	}
 	s := c.session.Load()
@@ -279,7 +294,7 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 	for i, u := range c.cfg.Uplinks {
 		conn := c.conns[i]
 		ep := c.cfg.Endpoint
-		l := s.addLink(u.Spec, func(b []byte) error {
+		l := s.addLink(u.Spec, func(_ *link, b []byte) error {
 			_, err := conn.WriteToUDPAddrPort(b, ep)
 			return err
 		})
@@ -291,15 +306,16 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 // announceLinks tells the headend each uplink's class and downstream rate prior, so its
 // scheduler starts from the user's numbers rather than a guess.
 func (c *CPE) announceLinks(s *Session) {
-	body := wire.LinkParamsBody{Counter: s.txCtrl.Add(1)}
+	links := make([]wire.LinkParam, 0, len(c.cfg.Uplinks))
 	for _, u := range c.cfg.Uplinks {
-		body.Links = append(body.Links, wire.LinkParam{LinkID: u.Spec.ID, Class: uint8(u.Spec.Class), RateBps: uint64(u.Spec.RxRate)})
+		links = append(links, wire.LinkParam{LinkID: u.Spec.ID, Class: uint8(u.Spec.Class), RateBps: uint64(u.Spec.RxRate)})
 	}
+	// On every link: at session start none is known to be up yet, and the message is
+	// small and once a second. Each copy takes its own control counter, or the peer's
+	// replay window would reject all but the first.
 	for _, l := range s.allLinks() {
-		if l.isUp() {
-			s.sendControl(l, wire.TypeLinkParams, 0, 0, body.Append(nil))
-			return
-		}
+		body := wire.LinkParamsBody{Counter: s.txCtrl.Add(1), Links: links}
+		s.sendControl(l, wire.TypeLinkParams, 0, 0, body.Append(nil))
 	}
 }
 

@@ -269,8 +269,7 @@ func (h *Headend) sessionFor(peer *Peer, cpeIndex uint32) *Session {
 // addPeerLink creates the link for one of the CPE's uplinks the first time a packet
 // arrives on it. Its address is filled in by Session.follow.
 func (h *Headend) addPeerLink(s *Session, id uint8) *link {
-	var l *link
-	l = s.addLink(LinkSpec{ID: id, Name: fmt.Sprintf("link%d", id)}, func(b []byte) error {
+	return s.addLink(LinkSpec{ID: id, Name: fmt.Sprintf("link%d", id)}, func(l *link, b []byte) error {
 		to := l.remote.Load()
 		if to == nil {
 			return errors.New("no address for this link yet")
@@ -278,7 +277,6 @@ func (h *Headend) addPeerLink(s *Session, id uint8) *link {
 		_, err := h.conn.WriteToUDPAddrPort(b, *to)
 		return err
 	})
-	return l
 }
 
 func (h *Headend) deliver(pkt []byte) {

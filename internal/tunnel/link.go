@@ -36,8 +36,9 @@ type link struct {
 	spec LinkSpec
 	log  *slog.Logger
 
-	// send writes one finished datagram onto this path.
-	send func(pkt []byte) error
+	// send writes one finished datagram onto this path. It gets the link itself so
+	// that it can read the link's current remote address (headend).
+	send func(self *link, pkt []byte) error
 
 	// Transmit side; txLinkSeq is only touched under the session's txMu.
 	txLinkSeq uint32

@@ -90,7 +90,7 @@ func newSession(cfg SessionConfig, m *metrics.Set, log *slog.Logger, localIndex 
 }
 
 // addLink creates the link with the given spec if it is new and returns it.
-func (s *Session) addLink(spec LinkSpec, send func([]byte) error) *link {
+func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error) *link {
 	s.linksMu.Lock()
 	defer s.linksMu.Unlock()
 	if l, ok := s.links[spec.ID]; ok {
@@ -177,7 +177,7 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, now i
 	}
 	h.Put(buf)
 	auth.Seal(k.send, buf)
-	if err := l.send(buf); err != nil {
+	if err := l.send(l, buf); err != nil {
 		s.log.Debug("send failed", "link", l.spec.Name, "err", err)
 		return
 	}
@@ -231,7 +231,7 @@ func (s *Session) sendControl(l *link, t wire.Type, seq, linkSeq uint32, body []
 	h.Put(pkt)
 	copy(pkt[wire.HeaderLen:], body)
 	auth.Seal(k.send, pkt)
-	if err := l.send(pkt); err != nil {
+	if err := l.send(l, pkt); err != nil {
 		l.log.Debug("control send failed", "type", t, "err", err)
 		return
 	}
