@@ -32,6 +32,7 @@ type Set struct {
 	LinkRate      *prometheus.GaugeVec
 	LinkRatePrior *prometheus.GaugeVec
 	LinkUp        *prometheus.GaugeVec
+	LinkSuspect   *prometheus.GaugeVec
 	LinkDuplicate *prometheus.CounterVec
 
 	Sessions       prometheus.Gauge
@@ -60,7 +61,8 @@ func New() *Set {
 		LinkLoss:      gaugeVec("link_loss_ratio", "Recent loss ratio of a link as reported by the peer.", linkLabels),
 		LinkRate:      gaugeVec("link_delivery_rate_bits_per_second", "Measured delivery rate of a link towards the peer.", linkLabels),
 		LinkRatePrior: gaugeVec("link_scheduler_rate_bits_per_second", "Rate the scheduler currently assumes for a link.", linkLabels),
-		LinkUp:        gaugeVec("link_up", "1 when the link answers probes and is in the schedule, else 0.", linkLabels),
+		LinkUp:        gaugeVec("link_up", "1 when the link is in the schedule (up, or suspect), else 0.", linkLabels),
+		LinkSuspect:   gaugeVec("link_suspect", "1 while a link's probe replies have stopped but it is not yet down: its traffic is also copied to another link.", linkLabels),
 		LinkDuplicate: counterVec("link_redundant_packets_total", "Redundant copies sent on a link for another link in doubt.", linkLabels),
 		Sessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "aggd", Name: "sessions", Help: "Established sessions.",
@@ -82,7 +84,7 @@ func New() *Set {
 
 	s.Registry.MustRegister(
 		s.LinkTxBytes, s.LinkTxPackets, s.LinkRxBytes, s.LinkRxPackets, s.LinkLost,
-		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkDuplicate,
+		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkDuplicate,
 		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderSkips, s.Drops, s.TunnelTxPacket, build,
 		collectors.NewGoCollector(),

@@ -48,7 +48,7 @@ type link struct {
 	// Health, from probe replies.
 	mu         sync.Mutex
 	lastReply  time.Time
-	up         bool
+	state      linkState
 	rttNs      float64 // smoothed
 	peerRate   float64 // bits/s the peer reports receiving from us, smoothed
 	peerLoss   float64
@@ -70,7 +70,7 @@ type link struct {
 
 type linkMetrics struct {
 	txBytes, txPackets, rxBytes, rxPackets, lost, dup prometheus.Counter
-	rtt, loss, rate, schedRate, up                    prometheus.Gauge
+	rtt, loss, rate, schedRate, up, suspect           prometheus.Gauge
 }
 
 // rxAccount is what the receiver learns about a link from the data arriving on it.
@@ -139,8 +139,27 @@ func (a *rxAccount) owd(now time.Time, recent time.Duration) (floor, last int32,
 	return a.owdFloor, a.owdLast, a.floorSet && now.Sub(a.lastArrival) < recent
 }
 
-// onReply records a probe reply: the link is alive and we have an RTT sample.
-func (l *link) onReply(now time.Time, rtt time.Duration) (cameUp bool) {
+// linkState is a link's health as its probes show it:
+// probing → up → suspect → down → (a reply) → up.
+type linkState uint8
+
+const (
+	stateProbing linkState = iota // no reply yet
+	stateUp
+	stateSuspect // replies stopped for a few probe intervals: still used, but its packets are also copied to another link
+	stateDown    // no reply for down_after: out of the schedule
+)
+
+func (s linkState) String() string {
+	return [...]string{"probing", "up", "suspect", "down"}[s]
+}
+
+// inSchedule reports whether the scheduler may send on a link in this state.
+func (s linkState) inSchedule() bool { return s == stateUp || s == stateSuspect }
+
+// onReply records a probe reply: the link is alive and we have an RTT sample. It
+// returns the state the link was in.
+func (l *link) onReply(now time.Time, rtt time.Duration) (was linkState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lastReply = now
@@ -150,24 +169,41 @@ func (l *link) onReply(now time.Time, rtt time.Duration) (cameUp bool) {
 		l.rttNs += (float64(rtt) - l.rttNs) / 8
 	}
 	l.m.rtt.Set(l.rttNs / 1e9)
-	if !l.up {
-		l.up = true
-		l.m.up.Set(1)
-		return true
-	}
-	return false
+	was = l.state
+	l.setState(stateUp)
+	return was
 }
 
-// checkDown marks the link down when no probe reply came for downAfter.
-func (l *link) checkDown(now time.Time, downAfter time.Duration) (wentDown bool) {
+// checkHealth moves a silent link to suspect after suspectAfter (or three smoothed
+// RTTs, whichever is longer, so that a deep but working queue is not suspected) and to
+// down after downAfter. It returns the new state and whether it changed.
+func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration) (linkState, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.up && now.Sub(l.lastReply) > downAfter {
-		l.up = false
-		l.m.up.Set(0)
-		return true
+	silent := now.Sub(l.lastReply)
+	suspectAfter = max(suspectAfter, time.Duration(3*l.rttNs))
+	old := l.state
+	switch {
+	case old.inSchedule() && silent > downAfter:
+		l.setState(stateDown)
+	case old == stateUp && silent > suspectAfter:
+		l.setState(stateSuspect)
 	}
-	return false
+	return l.state, l.state != old
+}
+
+// setState records a state and its metrics. Caller holds mu.
+func (l *link) setState(s linkState) {
+	l.state = s
+	l.m.up.Set(boolGauge(s.inSchedule()))
+	l.m.suspect.Set(boolGauge(s == stateSuspect))
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // onFeedback turns the peer's cumulative counters for this link into a delivery rate
@@ -238,15 +274,17 @@ func (l *link) params() sched.LinkParams {
 	}
 	l.m.schedRate.Set(rate)
 	return sched.LinkParams{
-		ID: l.spec.ID, Usable: l.up, Class: l.spec.Class, RateBps: rate,
+		ID: l.spec.ID, Usable: l.state.inSchedule(), Suspect: l.state == stateSuspect,
+		Class: l.spec.Class, RateBps: rate,
 		BaseOWD: int64(l.rttNs / 2), PinnedWeight: l.spec.Weight,
 	}
 }
 
+// isUp reports whether the link is in the schedule (up or suspect).
 func (l *link) isUp() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.up
+	return l.state.inSchedule()
 }
 
 func (l *link) rtt() time.Duration {

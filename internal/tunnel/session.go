@@ -105,10 +105,10 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 			lost: s.m.LinkLost.WithLabelValues(lbl...), dup: s.m.LinkDuplicate.WithLabelValues(lbl...),
 			rtt: s.m.LinkRTT.WithLabelValues(lbl...), loss: s.m.LinkLoss.WithLabelValues(lbl...),
 			rate: s.m.LinkRate.WithLabelValues(lbl...), schedRate: s.m.LinkRatePrior.WithLabelValues(lbl...),
-			up: s.m.LinkUp.WithLabelValues(lbl...),
+			up: s.m.LinkUp.WithLabelValues(lbl...), suspect: s.m.LinkSuspect.WithLabelValues(lbl...),
 		},
 	}
-	l.m.up.Set(0)
+	l.setState(stateProbing)
 	s.links[spec.ID] = l
 	ids := make([]uint8, 0, len(s.links))
 	for id := range s.links {
@@ -333,8 +333,12 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 		s.rxMu.Unlock()
 	case wire.ProbeReplyBody:
 		rtt := time.Duration(clock.Micros32(clock.Nanos())-body.EchoTimestamp) * time.Microsecond
-		if l.onReply(now, rtt) {
-			l.log.Info("link up", "rtt", rtt)
+		switch was := l.onReply(now, rtt); was {
+		case stateProbing, stateDown:
+			l.log.Info("link up", "was", was, "rtt", rtt)
+			s.schedDue.Store(true)
+		case stateSuspect:
+			l.log.Info("link recovered: probe replies are back", "rtt", rtt)
 			s.schedDue.Store(true)
 		}
 	case wire.FeedbackBody:
@@ -387,8 +391,13 @@ func (s *Session) tick(now time.Time) {
 	var best *link
 	for _, l := range links {
 		s.sendProbe(l)
-		if l.checkDown(now, s.cfg.DownAfter) {
-			l.log.Warn("link down: no probe reply", "after", s.cfg.DownAfter)
+		if state, changed := l.checkHealth(now, 3*s.cfg.Probe, s.cfg.DownAfter); changed {
+			switch state {
+			case stateSuspect:
+				l.log.Warn("link suspect: probe replies stopped; copying its traffic to another link")
+			case stateDown:
+				l.log.Warn("link down: no probe reply", "after", s.cfg.DownAfter)
+			}
 			s.schedDue.Store(true)
 		}
 		if l.isUp() && (best == nil || l.rtt() < best.rtt()) {

@@ -1,0 +1,64 @@
+package tunnel
+
+import (
+	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/metrics"
+)
+
+// The health state machine, driven with explicit times: probing → up → suspect → down →
+// up, and what the scheduler is told in each state.
+func TestLinkHealthStateMachine(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	l := s.addLink(LinkSpec{ID: 0, Name: "up0"}, func(*link, []byte) error { return nil })
+	const suspectAfter, downAfter = 300 * time.Millisecond, time.Second
+	t0 := time.Unix(1000, 0)
+	rtt := 10 * time.Millisecond
+
+	check := func(now time.Time, want linkState, usable, suspect bool) {
+		t.Helper()
+		got, _ := l.checkHealth(now, suspectAfter, downAfter)
+		if got != want {
+			t.Fatalf("at %v: state %v, want %v", now.Sub(t0), got, want)
+		}
+		p := l.params()
+		if p.Usable != usable || p.Suspect != suspect {
+			t.Fatalf("at %v (%v): scheduler told usable=%v suspect=%v, want %v %v", now.Sub(t0), want, p.Usable, p.Suspect, usable, suspect)
+		}
+	}
+	check(t0.Add(5*time.Second), stateProbing, false, false) // never answered: stays probing
+
+	if was := l.onReply(t0, rtt); was != stateProbing {
+		t.Fatalf("first reply: was %v, want probing", was)
+	}
+	check(t0.Add(suspectAfter), stateUp, true, false)
+	check(t0.Add(suspectAfter+time.Millisecond), stateSuspect, true, true)
+	check(t0.Add(downAfter), stateSuspect, true, true)
+	check(t0.Add(downAfter+time.Millisecond), stateDown, false, false)
+
+	if was := l.onReply(t0.Add(2*time.Second), rtt); was != stateDown {
+		t.Fatalf("reply after down: was %v, want down", was)
+	}
+	check(t0.Add(2*time.Second), stateUp, true, false)
+	// A reply while suspect ends the doubt.
+	check(t0.Add(2*time.Second+suspectAfter+time.Millisecond), stateSuspect, true, true)
+	if was := l.onReply(t0.Add(3*time.Second), rtt); was != stateSuspect {
+		t.Fatalf("reply while suspect: was %v, want suspect", was)
+	}
+	check(t0.Add(3*time.Second), stateUp, true, false)
+}
+
+// A link with a long RTT (a deep but working queue) is not suspected before three RTTs.
+func TestSuspicionWaitsForSlowLinks(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	l := s.addLink(LinkSpec{ID: 0, Name: "sat"}, func(*link, []byte) error { return nil })
+	t0 := time.Unix(1000, 0)
+	l.onReply(t0, 600*time.Millisecond)
+	if st, _ := l.checkHealth(t0.Add(time.Second), 300*time.Millisecond, 5*time.Second); st != stateUp {
+		t.Fatalf("silent for 1 s with a 600 ms RTT: %v, want up", st)
+	}
+	if st, _ := l.checkHealth(t0.Add(1900*time.Millisecond), 300*time.Millisecond, 5*time.Second); st != stateSuspect {
+		t.Fatalf("silent for 1.9 s with a 600 ms RTT: %v, want suspect", st)
+	}
+}
