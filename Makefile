@@ -9,12 +9,13 @@ LDFLAGS := -X github.com/aggd/aggd/internal/buildinfo.Version=$(VERSION)
 # Debian/Ubuntu packages the build, the tests and the lab need.
 DEB_PACKAGES := clang llvm libbpf-dev bpftool linux-libc-dev gcc-multilib \
 	iproute2 iperf3 nftables tcpdump ethtool iputils-ping spin \
-	qemu-system-x86 kmod busybox-static udev
+	qemu-system-x86 kmod busybox-static udev \
+	python3-yaml python3-matplotlib openvpn wireguard-tools
 
 GOLANGCI_LINT_VERSION := v2.15.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps generate build test test-unit test-e2e fuzz bench demo lint clean
+.PHONY: help deps generate build test test-unit fuzz bench demo lab lint clean
 
 help: ## show this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -23,10 +24,12 @@ deps: ## install build/test/lab dependencies (Debian/Ubuntu, idempotent; needs r
 	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 		echo "deps: installing $$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "deps: all Debian packages present"; fi
 	@command -v $(GO) >/dev/null || { echo "deps: Go is missing; install Go >= 1.26 (https://go.dev/doc/install) and re-run"; exit 1; }
 	$(GO) mod download
+	@# virtme-ng boots the lab's VM kernel (test/vm); it is on PyPI, not in Debian 12.
+	@command -v vng >/dev/null || python3 -m pip install -q virtme-ng==1.42 || python3 -m pip install -q --break-system-packages virtme-ng==1.42
 	@test -x $(GOBIN)/golangci-lint || GOTOOLCHAIN=local $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 generate: ## compile the BPF programs (bpf2go, little and big endian)
@@ -48,8 +51,11 @@ fuzz: generate ## run every fuzz target for FUZZTIME each (default 10s)
 bench: build ## run benchmarks; results in results/bench/*.json
 	./scripts/bench.sh
 
-demo: build ## bring up the virtual lab with three links and show aggd working
+demo: build ## bring up the virtual lab (netem links in a VM) with three links and show aggd working
 	./scripts/demo.sh
+
+lab: build ## run the lab's scenario suite (netem in a VM, ~13 min); results in results/lab/
+	test/vm/lab suite
 
 lint: generate ## gofmt, go vet, golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
-# aggd demo: builds a throw-away lab of network namespaces on this machine, bonds three
-# TBF-shaped links with aggd, and shows what a single TCP flow gets through the bond
-# compared with what each link gives on its own.
+# aggd demo. By default (DEMO_MODE=auto) it runs the netem lab's three-link SOHO scenario
+# (ADSL + cable + LTE with real delay, jitter and loss; test/vm/lab demo soho), inside a
+# qemu VM when this kernel lacks netem: live per-link throughput during an iperf3
+# transfer each way, then the bond's goodput against the sum of the links, and where
+# the results and metrics are. If the netem lab cannot run here, it falls back to the
+# TBF namespace demo below (DEMO_MODE=netns forces it, DEMO_MODE=lab forbids it).
+#
+# The TBF namespace demo: builds a throw-away lab of network namespaces on this machine,
+# bonds three TBF-shaped links with aggd, and shows what a single TCP flow gets through
+# the bond compared with what each link gives on its own.
 #
 #   lan ── cpe ═══ up1 (10 Mbit/s) ═══ hub (headend) ── srv
 #              ═══ up2 (30 Mbit/s) ═══
@@ -11,6 +18,8 @@
 # namespace prefix aggd-demo-. Run as root after `make build` (or via `make demo`).
 #
 # Environment:
+#   DEMO_MODE=auto          auto | lab (netem lab, test/vm) | netns (TBF namespaces, below)
+#   DEMO_SCENARIO=soho      the lab scenario (test/vm/scenarios/NAME.yaml)
 #   DEMO_RATES="10 30 60"   link rates in Mbit/s, one per uplink (1-8 links), both directions
 #   DEMO_BASELINE_SECS=5    length of each per-link baseline measurement
 #   DEMO_BOND_SECS=10       length of each bond measurement (upstream, downstream)
@@ -588,4 +597,32 @@ main() {
 	step "Done"
 }
 
+# run_netem_lab_if_possible hands the demo to the netem lab (test/vm/lab) when it can run
+# here. The lab cleans up after itself: in the VM everything dies with the VM (Ctrl-C
+# stops qemu), on a host with netem the runner removes its namespaces on exit or signal.
+run_netem_lab_if_possible() {
+	local mode=${DEMO_MODE:-auto} why
+	case $mode in
+	netns) return 0 ;;
+	lab | auto) ;;
+	*) die "DEMO_MODE must be auto, lab or netns, not '$mode'" ;;
+	esac
+	if why=$(lab_netem_lab_unavailable "$REPO_DIR"); then
+		[[ $mode == lab ]] && die "the netem lab cannot run here: $why"
+		warn "the netem lab cannot run here ($why): showing the TBF namespace demo instead"
+		return 0
+	fi
+	[[ $EUID -eq 0 ]] || die "must run as root (it creates network namespaces or boots a VM): sudo $0"
+	[[ -x $AGGD ]] || die "$AGGD not found: run \`make build\` first"
+	cat <<EOF
+aggd demo — the netem lab, scenario ${DEMO_SCENARIO:-soho}
+  Three access links with real delay, jitter, loss and queues (netem + tbf), aggd as CPE
+  and headend, one TCP flow through the bond each way. This kernel's netem decides where
+  it runs: directly, or in a qemu VM (about 20 s to boot, software emulation, so link
+  rates are scaled down; see test/vm/README.md). Ctrl-C stops it and cleans up.
+EOF
+	exec "$REPO_DIR/test/vm/lab" demo "${DEMO_SCENARIO:-soho}"
+}
+
+run_netem_lab_if_possible
 main "$@"

@@ -153,3 +153,28 @@ lab_metric_by_link() {
 			if (match($0, /link="[^"]*"/)) printf "%s %.0f\n", substr($0, RSTART + 6, RLENGTH - 7), $NF
 		}' | sort -V
 }
+
+# ---- the netem lab (test/vm) ----------------------------------------------------------
+
+# lab_netem_lab_unavailable prints why the netem lab (test/vm/lab) cannot run on this
+# machine and succeeds, or prints nothing and fails when it can: it needs Debian's
+# python3 with yaml, and either a kernel with netem or what test/vm/vm-run needs to boot
+# one (qemu, depmod, busybox, and virtme-ng or pip to install it).
+lab_netem_lab_unavailable() {
+	local repo=$1 missing=()
+	[[ -x $repo/test/vm/lab ]] || { echo "no test/vm/lab"; return 0; }
+	/usr/bin/python3 -c 'import yaml' 2>/dev/null || { echo "/usr/bin/python3 lacks yaml (apt-get install python3-yaml)"; return 0; }
+	command -v iperf3 >/dev/null || { echo "no iperf3"; return 0; }
+	if command -v unshare >/dev/null && unshare -n tc qdisc add dev lo root netem delay 1ms >/dev/null 2>&1; then
+		return 1
+	fi
+	command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
+	command -v depmod >/dev/null || missing+=(kmod)
+	command -v busybox >/dev/null || [[ -x /bin/busybox ]] || missing+=(busybox-static)
+	command -v vng >/dev/null || python3 -m pip --version >/dev/null 2>&1 || missing+=("virtme-ng (pip)")
+	if ((${#missing[@]})); then
+		echo "no netem in this kernel and no VM: missing ${missing[*]}"
+		return 0
+	fi
+	return 1
+}
