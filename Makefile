@@ -29,7 +29,8 @@ deps: ## install build/test/lab dependencies (Debian/Ubuntu, idempotent; needs r
 	@command -v $(GO) >/dev/null || { echo "deps: Go is missing; install Go >= 1.26 (https://go.dev/doc/install) and re-run"; exit 1; }
 	$(GO) mod download
 	@# virtme-ng boots the lab's VM kernel (test/vm); it is on PyPI, not in Debian 12.
-	@command -v vng >/dev/null || python3 -m pip install -q virtme-ng==1.42 || python3 -m pip install -q --break-system-packages virtme-ng==1.42
+	@command -v vng >/dev/null || python3 -m pip install -q virtme-ng==1.42 || python3 -m pip install -q --break-system-packages virtme-ng==1.42 \
+		|| echo "deps: WARNING: could not install virtme-ng; the netem lab (make demo, make lab) needs it: pip install virtme-ng==1.42"
 	@test -x $(GOBIN)/golangci-lint || GOTOOLCHAIN=local $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
 generate: ## compile the BPF programs (bpf2go, little and big endian)
