@@ -39,15 +39,15 @@ generate: ## compile the BPF programs (bpf2go, little and big endian)
 build: generate ## build bin/aggd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/aggd
 
-test: build ## run all tests (unit, BPF in-kernel, fuzzing for FUZZTIME each, end-to-end in netns; needs root)
-	./scripts/fuzz-all.sh $${FUZZTIME:-5s}
+test: build ## run all tests (unit, BPF in-kernel, fuzzing FUZZTIME per target, end-to-end in netns; needs root)
+	./scripts/fuzz-all.sh $${FUZZTIME:-50000x}
 	$(GO) test -count=1 -timeout 40m $(PKGS)
 
 test-unit: generate ## unit tests only (no root needed for most)
 	$(GO) test -count=1 -short $(PKGS)
 
-fuzz: generate ## run every fuzz target for FUZZTIME each (default 10s)
-	@./scripts/fuzz-all.sh $${FUZZTIME:-10s}
+fuzz: generate ## run every fuzz target for FUZZTIME each (default 60s)
+	@./scripts/fuzz-all.sh $${FUZZTIME:-60s}
 
 bench: build ## run benchmarks; results in results/bench/*.json
 	./scripts/bench.sh
