@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -180,35 +179,14 @@ func (c *CPE) maybeHandshake(now time.Time) {
 }
 
 func (c *CPE) readUplink(ctx context.Context, id int) {
-	buf := make([]byte, 65536)
-	conn := c.conns[id]
-	for {
-		n, from, err := conn.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			c.log.Warn("uplink read failed", "link", c.cfg.Uplinks[id].Spec.Name, "err", err)
-			continue
-		}
-		c.onDatagram(buf[:n], from)
-	}
+	readLoop(ctx, c.conns[id], c.log.With("link", c.cfg.Uplinks[id].Spec.Name), c.onDatagram)
 }
 
 func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort) {
-	h, err := wire.ParseHeader(pkt)
+	h, err := parseDatagram(pkt)
 	if err != nil {
 		c.drop(wire.ReasonOf(err))
 		return
-	}
-	// A DATA body is checked before any session state (the wire format's check
-	// order): its tag covers only the header, so this is what keeps a malformed inner
-	// packet out of the tunnel interface.
-	if h.Type == wire.TypeData {
-		if err := wire.CheckData(pkt[wire.HeaderLen:]); err != nil {
-			c.drop(wire.ReasonOf(err))
-			return
-		}
 	}
 	if h.Type == wire.TypeHandshakeResp {
 		// Finishing a handshake costs several Curve25519 operations (tens of ms on a

@@ -137,34 +137,14 @@ func (h *Headend) route(buf []byte) bool {
 }
 
 func (h *Headend) readSocket(ctx context.Context) {
-	buf := make([]byte, 65536)
-	for {
-		n, from, err := h.conn.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
-			}
-			h.log.Warn("socket read failed", "err", err)
-			continue
-		}
-		h.onDatagram(buf[:n], from)
-	}
+	readLoop(ctx, h.conn, h.log, h.onDatagram)
 }
 
 func (h *Headend) onDatagram(pkt []byte, from netip.AddrPort) {
-	hdr, err := wire.ParseHeader(pkt)
+	hdr, err := parseDatagram(pkt)
 	if err != nil {
 		h.drop(wire.ReasonOf(err))
 		return
-	}
-	// A DATA body is checked before any session state (the wire format's check
-	// order): its tag covers only the header, so this is what keeps a malformed inner
-	// packet out of the tunnel interface.
-	if hdr.Type == wire.TypeData {
-		if err := wire.CheckData(pkt[wire.HeaderLen:]); err != nil {
-			h.drop(wire.ReasonOf(err))
-			return
-		}
 	}
 	if hdr.Type == wire.TypeHandshakeInit {
 		h.onInit(&hdr, pkt, from)

@@ -2,12 +2,16 @@ package tunnel
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/aggd/aggd/internal/wire"
 )
 
 // socketBuffer is the send and receive buffer we ask for on every tunnel socket: enough
@@ -50,4 +54,36 @@ func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
 		return nil, fmt.Errorf("listen on %s (device %q): %w", local, device, err)
 	}
 	return pc.(*net.UDPConn), nil
+}
+
+// readLoop hands every datagram arriving on conn to handle until the socket is closed.
+func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, handle func(pkt []byte, from netip.AddrPort)) {
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := conn.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			log.Warn("socket read failed", "err", err)
+			continue
+		}
+		handle(buf[:n], from)
+	}
+}
+
+// parseDatagram checks what can be checked before any session state: the header, and
+// a DATA body (the wire format's check order). A DATA tag covers only the header, so
+// this is what keeps a malformed inner packet out of the tunnel interface.
+func parseDatagram(pkt []byte) (wire.Header, error) {
+	h, err := wire.ParseHeader(pkt)
+	if err != nil {
+		return h, err
+	}
+	if h.Type == wire.TypeData {
+		if err := wire.CheckData(pkt[wire.HeaderLen:]); err != nil {
+			return h, err
+		}
+	}
+	return h, nil
 }
