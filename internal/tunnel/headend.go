@@ -51,7 +51,6 @@ type Headend struct {
 	byIndex   map[uint32]*Session
 	byPeer    map[string]*Session // peer name -> current session
 	peerByKey map[handshake.PublicKey]*Peer
-	peerIdx   map[string]uint32 // peer name -> the CPE's own index of its current session
 }
 
 // NewHeadend binds the listening socket.
@@ -66,7 +65,6 @@ func NewHeadend(cfg HeadendConfig, tun Packet, m *metrics.Set, log *slog.Logger)
 		byIndex:   make(map[uint32]*Session),
 		byPeer:    make(map[string]*Session),
 		peerByKey: make(map[handshake.PublicKey]*Peer),
-		peerIdx:   make(map[string]uint32),
 	}
 	keys := make([]handshake.PublicKey, 0, len(cfg.Peers))
 	for i := range cfg.Peers {
@@ -221,7 +219,7 @@ func (h *Headend) onInit(hdr *wire.Header, pkt []byte, from netip.AddrPort) {
 func (h *Headend) sessionFor(peer *Peer, cpeIndex uint32) *Session {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s := h.byPeer[peer.Name]; s != nil && h.peerIdx[peer.Name] == cpeIndex {
+	if s := h.byPeer[peer.Name]; s != nil && s.peerIndex.Load() == cpeIndex {
 		return s
 	}
 	if old := h.byPeer[peer.Name]; old != nil {
@@ -240,7 +238,6 @@ func (h *Headend) sessionFor(peer *Peer, cpeIndex uint32) *Session {
 	s.onNewLink = func(id uint8) *link { return h.addPeerLink(s, id) }
 	h.byIndex[idx] = s
 	h.byPeer[peer.Name] = s
-	h.peerIdx[peer.Name] = cpeIndex
 	h.m.Sessions.Set(float64(len(h.byPeer)))
 	h.log.Info("session established", "peer", peer.Name, "session", idx)
 	return s

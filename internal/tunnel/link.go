@@ -16,13 +16,12 @@ import (
 // LinkSpec describes one link of a session as the local side knows it before any
 // measurement: its identity, class and the rate priors from the configuration.
 type LinkSpec struct {
-	ID       uint8
-	Name     string
-	Class    sched.Class
-	TxRate   float64 // prior for the rate we can send at, bits/s (0 = unknown)
-	RxRate   float64 // prior for the rate the peer can send to us at, bits/s (0 = unknown)
-	Weight   float64 // pinned scheduler weight; 0 = automatic
-	Overhead int     // bytes the link adds per packet beyond our datagram (unused for now)
+	ID     uint8
+	Name   string
+	Class  sched.Class
+	TxRate float64 // prior for the rate we can send at, bits/s (0 = unknown)
+	RxRate float64 // prior for the rate the peer can send to us at, bits/s (0 = unknown)
+	Weight float64 // pinned scheduler weight; 0 = automatic
 }
 
 // defaultRate is what the scheduler assumes for a link with no prior and no measurement
