@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The forwarding fast path's shared state: the layouts of the maps that the
+ * tc programs (tc_tx.c on agg0's egress, tc_rx.c on the uplinks' ingress) and
+ * the daemon (internal/bpf, internal/daemon) exchange. Only layouts and
+ * constants live here; each map is declared in the program that owns it.
+ *
+ * Every struct is laid out without implicit padding (asserted below) and has
+ * the same size and offsets in the bpfel and bpfeb objects. Fields marked
+ * "wire order" hold bytes as they appear in packets (big-endian); all others
+ * are host-order integers.
+ *
+ * Who writes what (so no update ever loses another writer's change):
+ *  - *_cfg maps: the daemon only, one whole-value update at a time (hash maps
+ *    replace an element atomically, so BPF sees the old value or the new one).
+ *  - tx_seq: both. It is an mmap-able array; BPF and the daemon take numbers
+ *    with atomic adds, so a session's global and per-link sequence numbers stay
+ *    one series whichever path sends a packet.
+ *  - tx_sched: BPF only (under its spin lock); the daemon creates the entry.
+ *  - rx_order: both, under its spin lock, by the ownership protocol below.
+ *  - rx_divert, *_stats, *_verdicts: BPF only; the daemon reads.
+ */
+#ifndef AGGD_FASTPATH_H
+#define AGGD_FASTPATH_H
+
+#include <linux/types.h>
+#include <linux/bpf.h> /* struct bpf_spin_lock */
+
+/* Links per session the fast path schedules over (the config allows at most
+ * this many uplinks per CPE). */
+#define AGGD_FP_MAX_LINKS 8
+
+/* Sessions the fast path serves; a session is identified by its slot
+ * (0 .. AGGD_FP_MAX_SESSIONS-1), chosen by the daemon. */
+#define AGGD_FP_MAX_SESSIONS 1024
+
+/* Inner-destination prefixes the headend routes (tx_routes). */
+#define AGGD_FP_MAX_ROUTES 16384
+
+/* ---- transmit (tc egress on agg0) ------------------------------------------ */
+
+/* tx_routes key: an LPM trie key. data[0] is the family (4 or 6), data[1..]
+ * the address in wire order; prefixlen counts the family byte's 8 bits. */
+struct aggd_fp_route_key {
+	__u32 prefixlen;
+	__u8 data[17];
+	__u8 pad[3];
+};
+
+/* Link states as the scheduler sees them. */
+#define AGGD_FP_LINK_DOWN 0    /* not scheduled */
+#define AGGD_FP_LINK_UP 1      /* scheduled */
+#define AGGD_FP_LINK_SUSPECT 2 /* scheduled, each packet also copied to the best other link */
+
+/* aggd_fp_tx_link.flags */
+#define AGGD_FP_LINK_ETHERNET 0x01 /* redirect with bpf_redirect_neigh via gateway; else bpf_redirect (L3 uplink) */
+#define AGGD_FP_LINK_NEIGH_OK 0x02 /* the daemon saw the gateway's neighbour entry resolved */
+
+/* One uplink of a session, as the daemon configures it. */
+struct aggd_fp_tx_link {
+	__u32 ifindex;  /* 0: slot unused */
+	__u8 link_id;   /* the header's Link ID */
+	__u8 state;     /* AGGD_FP_LINK_* */
+	__u8 cls;       /* AGGD_LINK_CLASS_* (aggd_wire.h) */
+	__u8 flags;     /* AGGD_FP_LINK_ETHERNET | AGGD_FP_LINK_NEIGH_OK */
+	__be32 saddr;   /* outer source (wire order) */
+	__be32 daddr;   /* outer destination (wire order) */
+	__be16 sport;   /* outer UDP source port (wire order) */
+	__be16 dport;   /* outer UDP destination port (wire order) */
+	__be32 gateway; /* next hop for bpf_redirect_neigh (wire order); 0: daddr is on-link */
+	__u64 rate_bps; /* the rate the scheduler assumes, bits/s; 0 = link unusable */
+	__u32 base_owd_us; /* base one-way delay relative to the session's fastest link */
+	__u32 pad;
+};
+
+/* aggd_fp_tx_session.flags */
+#define AGGD_FP_SESSION_ENABLED 0x01 /* 0: every packet of the session goes to the slow path */
+
+/* tx_sessions value (key: __u32 slot). */
+struct aggd_fp_tx_session {
+	__u32 flags;        /* AGGD_FP_SESSION_* */
+	__be32 peer_index;  /* the header's Session field: the receiver's index (wire order) */
+	__u8 key_id;        /* the header's Key ID for the send key */
+	__u8 nlinks;        /* links[0 .. nlinks-1] are looked at */
+	__u16 mtu;          /* largest inner packet the fast path sends; larger non-GSO ones go slow */
+	__u8 key[16];       /* SipHash send key, layout as aggd_rx_key.key */
+	__u32 pad;
+	struct aggd_fp_tx_link links[AGGD_FP_MAX_LINKS];
+};
+
+/* tx_seq value (mmap-able array indexed by slot): the next numbers to take.
+ * Taken with atomic fetch-and-add by BPF and by the daemon; the low 32 bits
+ * go on the wire. */
+struct aggd_fp_tx_seq {
+	__u64 next_seq;
+	__u64 link_seq[AGGD_FP_MAX_LINKS]; /* indexed like aggd_fp_tx_session.links */
+};
+
+/* tx_sched value (key: slot): the earliest-expected-arrival bookkeeping,
+ * BPF only. */
+struct aggd_fp_tx_sched {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 backlog_end_ns[AGGD_FP_MAX_LINKS]; /* when the link's virtual queue drains */
+};
+
+/* tx_link_stats value (per-CPU array indexed by slot * AGGD_FP_MAX_LINKS + link). */
+struct aggd_fp_link_counts {
+	__u64 packets;
+	__u64 bytes;   /* inner bytes */
+	__u64 copies;  /* redundant copies sent on this link for a suspect one */
+	__u64 pad;
+};
+
+/* tx_verdicts / rx_verdicts index: what happened to a packet, per-CPU counts.
+ * FAST is the fast path's own work; every other verdict is a hand-up to the
+ * slow path (TX: the daemon reads it from agg0; RX: from its UDP socket) or,
+ * for *_DROP_*, a drop. Append new verdicts before __COUNT. */
+enum aggd_fp_tx_verdict {
+	AGGD_FP_TX_FAST = 0,        /* encapsulated and redirected */
+	AGGD_FP_TX_NOT_IP = 1,      /* neither IPv4 nor IPv6 */
+	AGGD_FP_TX_NO_ROUTE = 2,    /* no session for the inner destination */
+	AGGD_FP_TX_DISABLED = 3,    /* session not enabled for the fast path */
+	AGGD_FP_TX_GSO = 4,         /* GSO super-packet */
+	AGGD_FP_TX_OVERSIZE = 5,    /* longer than the session's mtu */
+	AGGD_FP_TX_NO_LINK = 6,     /* no usable link */
+	AGGD_FP_TX_NO_NEIGH = 7,    /* chosen link's gateway not resolved */
+	AGGD_FP_TX_ENCAP_FAILED = 8,/* a helper refused (room, headroom) */
+	AGGD_FP_TX__COUNT,
+};
+
+enum aggd_fp_rx_verdict {
+	AGGD_FP_RX_FAST = 0,         /* in order: decapsulated into agg0 */
+	AGGD_FP_RX_NOT_DATA = 1,     /* control message: to the daemon */
+	AGGD_FP_RX_NO_SESSION = 2,   /* session not enabled for the fast path */
+	AGGD_FP_RX_GAP = 3,          /* ahead of the next expected: ownership to the daemon */
+	AGGD_FP_RX_DAEMON_OWNS = 4,  /* the daemon owns ordering: to the daemon */
+	AGGD_FP_RX_DROP_OLD = 5,     /* behind the next expected (duplicate or late): dropped */
+	AGGD_FP_RX_DECAP_FAILED = 6, /* a helper refused: to the daemon */
+	AGGD_FP_RX_MALFORMED = 7,    /* not a whole aggd header: to the daemon, which counts the reason */
+	AGGD_FP_RX__COUNT,
+};
+
+/* ---- receive (tc ingress on uplinks) ---------------------------------------- */
+
+/*
+ * rx_order value (key: the session's receive index in wire order, as the
+ * header's Session field and the shield's sessions map). Its presence enables
+ * the fast path's receive side for the session.
+ *
+ * Ownership protocol (docs/fastpath.md, model in test/model/handover.pml):
+ *  - owner BPF: a DATA packet with seq == next is delivered by BPF (next++);
+ *    seq behind next is dropped (DROP_OLD); seq ahead of next is a gap: BPF
+ *    sets owner = DAEMON, epoch++, leaves next as the handover point, counts
+ *    the packet in rx_divert and passes it up. BPF writes owner/next/epoch
+ *    only while it owns, and when it accepts a handback.
+ *  - owner DAEMON: every DATA packet is counted in rx_divert and passed up.
+ *    The daemon counts the session's DATA packets it receives ("consumed").
+ *    When its resequencer is empty it posts a handback: req_valid = 1,
+ *    req_stamp = consumed, req_next = its next expected, other fields as it
+ *    read them (it writes the whole value with BPF_F_LOCK; BPF changes nothing
+ *    but on acceptance while the daemon owns, so nothing is lost).
+ *  - BPF accepts a handback, on the next DATA packet, iff req_valid and
+ *    req_stamp == rx_divert's count: nothing was diverted that the daemon has
+ *    not consumed. Then owner = BPF, next = req_next, req_valid = 0, and the
+ *    packet is judged as under owner BPF. A stale request (stamp behind the
+ *    count) can never match again: the count only grows.
+ *  - After posting, the daemon reads rx_order when its next DATA packet
+ *    arrives: epoch unchanged means the request died (the daemon still owns);
+ *    epoch moved means BPF accepted and has since handed over again at next.
+ */
+#define AGGD_FP_OWNER_BPF 0
+#define AGGD_FP_OWNER_DAEMON 1
+
+struct aggd_fp_rx_order {
+	struct bpf_spin_lock lock;
+	__u32 owner;     /* AGGD_FP_OWNER_* */
+	__u32 next;      /* owner BPF: next expected seq; owner DAEMON: where BPF handed over */
+	__u32 epoch;     /* BPF -> daemon handovers so far */
+	__u32 req_valid; /* 1: a handback request is posted */
+	__u32 req_stamp; /* low 32 bits of the daemon's consumed count */
+	__u32 req_next;  /* where BPF continues if it accepts */
+	__u32 pad;
+};
+
+/* rx_divert value (key as rx_order): DATA packets passed up to the daemon
+ * while it owned ordering (low 32 bits compared with req_stamp). BPF only. */
+struct aggd_fp_rx_divert {
+	__u64 count;
+};
+
+/* rx_config value (array, key 0): where in-order packets go. */
+struct aggd_fp_rx_config {
+	__u32 agg0_ifindex; /* 0: deliver nothing (every DATA packet goes up) */
+	__u32 pad;
+};
+
+/* rx_link_stats key and value: what BPF delivered per session and link (the
+ * daemon adds it to its own counts for feedback and metrics). */
+struct aggd_fp_rx_link_key {
+	__be32 session; /* wire order, as rx_order's key */
+	__u32 link_id;
+};
+
+struct aggd_fp_rx_link_stats {
+	__u64 packets;
+	__u64 bytes;     /* inner bytes */
+	__u32 max_link_seq;
+	__u32 last_tstamp; /* the header's timestamp of the latest packet */
+	__u64 last_arrival_ns; /* bpf_ktime_get_ns() of the latest packet */
+};
+
+_Static_assert(sizeof(struct aggd_fp_route_key) == 24, "route key is 24 bytes");
+_Static_assert(sizeof(struct aggd_fp_tx_link) == 40, "tx link is 40 bytes");
+_Static_assert(sizeof(struct aggd_fp_tx_session) == 32 + 40 * AGGD_FP_MAX_LINKS, "tx session layout");
+_Static_assert(__builtin_offsetof(struct aggd_fp_tx_session, links) == 32, "links at 32");
+_Static_assert(sizeof(struct aggd_fp_tx_seq) == 8 + 8 * AGGD_FP_MAX_LINKS, "tx seq layout");
+_Static_assert(sizeof(struct aggd_fp_tx_sched) == 8 + 8 * AGGD_FP_MAX_LINKS, "tx sched layout");
+_Static_assert(sizeof(struct aggd_fp_rx_order) == 32, "rx order is 32 bytes");
+_Static_assert(sizeof(struct aggd_fp_rx_link_stats) == 32, "rx link stats is 32 bytes");
+
+#endif /* AGGD_FASTPATH_H */

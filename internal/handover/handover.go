@@ -1,0 +1,205 @@
+// Package handover is the daemon's side of the receive ordering handover
+// between the kernel fast path and the daemon's resequencer
+// (docs/architecture.md §4; the protocol is written down at struct
+// aggd_fp_rx_order in bpf/include/aggd_fastpath.h, and the kernel's side is
+// bpf/include/aggd_order.h).
+//
+// One session's ordering has one owner at a time. While the kernel (BPF)
+// owns it, in-order packets go straight into agg0 and the daemon's
+// resequencer is empty and idle. On a gap the kernel hands the ordering over
+// at its next expected sequence number and passes every later packet up
+// (counting them); the daemon resequences from there. When the daemon's
+// resequencer is empty it posts a handback stamped with the number of
+// packets it has consumed; the kernel accepts it only if that equals its own
+// count of packets passed up, that is, if no packet is still on its way to
+// the daemon. The daemon learns the outcome from the next DATA packet that
+// reaches it: if the kernel's handover epoch moved, the handback was
+// accepted and the kernel has since handed over again (the resequencer must
+// restart at the new handover point); if not, the request died and the
+// daemon still owns.
+//
+// This package has no dependencies: internal/bpf implements OrderMap on the
+// kernel's map (and re-exports Order), tests implement it in memory.
+package handover
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Owner says who orders a session's received DATA packets.
+type Owner uint32
+
+const (
+	// OwnerBPF: the kernel delivers in-order packets itself
+	// (AGGD_FP_OWNER_BPF).
+	OwnerBPF Owner = 0
+	// OwnerDaemon: the kernel passes every DATA packet up to the daemon
+	// (AGGD_FP_OWNER_DAEMON).
+	OwnerDaemon Owner = 1
+)
+
+func (o Owner) String() string {
+	switch o {
+	case OwnerBPF:
+		return "bpf"
+	case OwnerDaemon:
+		return "daemon"
+	}
+	return fmt.Sprintf("owner(%d)", uint32(o))
+}
+
+// Order is a session's ordering state as the kernel keeps it (struct
+// aggd_fp_rx_order without its lock).
+type Order struct {
+	Owner Owner
+	// Next is the next expected sequence number while the kernel owns,
+	// and where it handed over while the daemon owns.
+	Next uint32
+	// Epoch counts the kernel's handovers to the daemon.
+	Epoch uint32
+	// ReqValid, ReqStamp and ReqNext are the daemon's posted handback:
+	// the low 32 bits of its consumed count and where the kernel
+	// continues if it accepts.
+	ReqValid bool
+	ReqStamp uint32
+	ReqNext  uint32
+}
+
+// OrderMap reads and writes a session's Order atomically with respect to
+// the kernel (under the value's spin lock: BPF_F_LOCK).
+type OrderMap interface {
+	ReadOrder(index uint32) (Order, error)
+	WriteOrder(index uint32, o Order) error
+}
+
+// ErrKernelOwns is returned by OnData for a DATA packet that reached the
+// daemon while the kernel owns the ordering without having handed it over:
+// one that arrived on an interface without the receive program, or a stray
+// copy. The kernel did not count it and may deliver the same sequence
+// number itself, so the caller must drop the packet instead of
+// resequencing it.
+var ErrKernelOwns = errors.New("a DATA packet reached the daemon while the kernel owns the ordering; " +
+	"dropped (attach the receive program to every interface tunnel packets arrive on)")
+
+// Stats count the daemon's handbacks.
+type Stats struct {
+	Posted   uint64 // handback requests written
+	Accepted uint64 // of those, accepted by the kernel (learnt when it handed over again)
+	Died     uint64 // of those, never acceptable: a packet passed up after the stamp was taken
+	Strays   uint64 // DATA packets that arrived while the kernel owned (ErrKernelOwns)
+}
+
+// Daemon is one session's handover state on the daemon's side. It is not
+// safe for concurrent use: the caller serialises it with the lock that
+// guards the session's resequencer (both must change together).
+type Daemon struct {
+	m     OrderMap
+	index uint32
+
+	consumed uint64 // DATA packets received that the kernel passed up
+	posted   bool   // a handback is posted and its outcome not yet known
+	postedAt uint64 // consumed when the last handback was posted
+	ever     bool   // a handback was ever posted
+	epoch    uint32 // the kernel's epoch when the pending handback was posted
+
+	stats Stats
+}
+
+// New returns the handover state of the session with receive index index,
+// whose ordering the daemon owns (the kernel's entry was just created with
+// owner daemon and epoch 0, or the daemon is adopting a session it owns).
+func New(m OrderMap, index uint32) *Daemon {
+	return &Daemon{m: m, index: index}
+}
+
+// OnData is called for every DATA packet of the session the daemon receives
+// (once its header and body passed the wire checks), before it goes into the
+// resequencer. If a handback is pending, it asks the kernel what became of
+// it: reset reports that the kernel accepted it and has handed over again at
+// next; the caller must then Restart its resequencer (empty since the
+// handback) at next, and resequence this packet from there.
+//
+// err == ErrKernelOwns: the kernel owns the ordering and did not pass this
+// packet up: the caller must drop it. Other errors (the kernel's state could
+// not be read) leave the handback pending; the caller resequences the packet
+// as usual, and the next packet asks again.
+func (d *Daemon) OnData() (reset bool, next uint32, err error) {
+	if !d.posted {
+		d.consumed++
+		return false, 0, nil
+	}
+	o, err := d.m.ReadOrder(d.index)
+	if err != nil {
+		d.consumed++
+		return false, 0, fmt.Errorf("session %#x: reading the kernel's ordering state: %w", d.index, err)
+	}
+	switch {
+	case o.Epoch != d.epoch && o.Owner == OwnerDaemon:
+		// Accepted, and handed over again: this packet was passed up by
+		// that handover or after it.
+		d.consumed++
+		d.posted = false
+		d.stats.Accepted++
+		return true, o.Next, nil
+	case o.Epoch != d.epoch:
+		// Impossible: a second acceptance needs a second handback.
+		d.consumed++
+		return false, 0, fmt.Errorf("session %#x: the kernel owns the ordering in epoch %d, "+
+			"but the daemon posted in epoch %d: the ordering state was changed by someone else (restart aggd)",
+			d.index, o.Epoch, d.epoch)
+	case o.Owner == OwnerDaemon:
+		// The request died: this packet, or an earlier one, was passed up
+		// after the stamp was taken, so the kernel's count is beyond it
+		// for good. The daemon owns; it posts again when it is empty.
+		d.consumed++
+		d.posted = false
+		d.stats.Died++
+		return false, 0, nil
+	default:
+		// The kernel accepted and still owns: it did not pass this packet
+		// up (it hands over before it passes anything up).
+		d.stats.Strays++
+		return false, 0, ErrKernelOwns
+	}
+}
+
+// Idle is called whenever the daemon has processed packets or timers, with
+// its resequencer's next expected sequence number and whether it holds
+// nothing. If it holds nothing, no handback is pending and a packet was
+// consumed since the last one (or none was ever posted), it posts a
+// handback: the kernel may take over at next once it has passed up no more
+// than the daemon consumed.
+func (d *Daemon) Idle(next uint32, empty bool) error {
+	if !empty || d.posted || (d.ever && d.consumed == d.postedAt) {
+		return nil
+	}
+	o, err := d.m.ReadOrder(d.index)
+	if err != nil {
+		return fmt.Errorf("session %#x: reading the kernel's ordering state: %w", d.index, err)
+	}
+	if o.Owner != OwnerDaemon {
+		return fmt.Errorf("session %#x: the kernel owns the ordering, but no handback is pending: "+
+			"the ordering state was changed by someone else (restart aggd)", d.index)
+	}
+	// While the daemon owns, the kernel changes the value only to accept a
+	// handback, and no live one is posted: writing back what was read
+	// loses nothing.
+	o.ReqValid, o.ReqStamp, o.ReqNext = true, uint32(d.consumed), next
+	if err := d.m.WriteOrder(d.index, o); err != nil {
+		return fmt.Errorf("session %#x: posting a handback: %w", d.index, err)
+	}
+	d.posted, d.ever, d.postedAt, d.epoch = true, true, d.consumed, o.Epoch
+	d.stats.Posted++
+	return nil
+}
+
+// Pending reports whether a handback is posted and its outcome not yet
+// known (the kernel may own the ordering).
+func (d *Daemon) Pending() bool { return d.posted }
+
+// Consumed returns the number of DATA packets the daemon consumed.
+func (d *Daemon) Consumed() uint64 { return d.consumed }
+
+// Stats returns the handback counters.
+func (d *Daemon) Stats() Stats { return d.stats }
