@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench: micro-benchmarks of the per-packet Go code, then the bond on the
-# three-link namespace topology. Results go to results/bench/ (JSON and text).
+# three-link namespace topology, then forwarding packets per second (fast path against
+# --no-bpf) on that topology without shaping. Results go to results/bench/ (JSON and text).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=results/bench
@@ -9,4 +10,6 @@ echo "bench: per-packet micro-benchmarks -> $out/micro.txt"
 go test -run '^$' -bench . -benchmem -count 1 ./internal/sched ./internal/reseq ./internal/wire ./internal/auth | tee "$out/micro.txt"
 echo "bench: bond goodput and failover (needs root) -> $out/bond.json"
 AGGD_RESULTS="$PWD/$out" go test -run '^$' -bench BondGoodput -benchtime 1x -timeout 10m -v ./test/e2e | grep -v 'level=' | tee "$out/bond.txt"
+echo "bench: forwarding packets per second, fast path vs --no-bpf, unshaped veths (needs root) -> $out/pps.json"
+AGGD_RESULTS="$PWD/$out" go test -run '^$' -bench ForwardingPPS -benchtime 1x -timeout 15m -v ./test/e2e | grep -v 'level=' | tee "$out/pps.txt"
 echo "bench: machine: $(nproc) CPUs, $(uname -r), $(date -u +%F)"

@@ -24,8 +24,8 @@ const usage = `aggd bonds several internet uplinks (DSL, cable, LTE, ...) into o
 are striped across all uplinks to a headend, which puts them back in order.
 
 Usage:
-  aggd cpe --config FILE [--no-bpf]        run on the router (CPE)
-  aggd headend --config FILE [--no-bpf]    run on the headend server
+  aggd cpe --config FILE [--no-bpf|--fast-path]        run on the router (CPE)
+  aggd headend --config FILE [--no-bpf|--fast-path]    run on the headend server
   aggd check-config [--offline] [--role cpe|headend] FILE
                                            validate a config file and print every problem
   aggd genkey                              print a new private key (base64)
@@ -79,9 +79,10 @@ func runDaemon(role string, args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	path := fs.String("config", "/etc/aggd/"+role+".yaml", "config file")
 	fs.StringVar(path, "c", "/etc/aggd/"+role+".yaml", "config file (shorthand)")
-	noBPF := fs.Bool("no-bpf", false, "forward in userspace even where the BPF fast path could load")
+	noBPF := fs.Bool("no-bpf", false, "no BPF at all: no XDP shield, no fast path; forward in userspace")
+	fastPath := fs.Bool("fast-path", false, "forward data packets in the kernel too (as bpf.fast_path: true; experimental, see docs/fastpath.md)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: aggd %s --config FILE [--no-bpf]\n\nRuns the %s until SIGINT or SIGTERM, then removes everything it set up.\n\n", role, role)
+		fmt.Fprintf(stderr, "Usage: aggd %s --config FILE [--no-bpf | --fast-path]\n\nRuns the %s until SIGINT or SIGTERM, then removes everything it set up.\n\n", role, role)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -89,7 +90,11 @@ func runDaemon(role string, args []string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts := daemon.Options{NoBPF: *noBPF}
+	if *noBPF && *fastPath {
+		fmt.Fprintln(stderr, "aggd: --no-bpf and --fast-path contradict each other; give one")
+		return 2
+	}
+	opts := daemon.Options{NoBPF: *noBPF, FastPath: *fastPath}
 
 	var err error
 	if role == "cpe" {

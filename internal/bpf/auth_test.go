@@ -294,19 +294,26 @@ func TestShieldMapLayout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for name, want := range map[string][3]uint32{
+		checkMapLayout(t, obj, spec, map[string][3]uint32{
 			"sessions":          {4, 40, 65536},
 			"shield_link_stats": {4, uint32(8 * wire.NumReasons), 256},
 			"shield_stats":      {4, 8, uint32(wire.NumReasons)},
-		} {
-			m := spec.Maps[name]
-			if m == nil {
-				t.Errorf("%s: no map %s", obj, name)
-				continue
-			}
-			if got := [3]uint32{m.KeySize, m.ValueSize, m.MaxEntries}; got != want {
-				t.Errorf("%s: map %s key/value size, entries %v, want %v", obj, name, got, want)
-			}
+		})
+	}
+}
+
+// checkMapLayout checks that each named map of an object has the key size, value size
+// and entry count the Go side marshals: {key, value, entries}.
+func checkMapLayout(t *testing.T, obj string, spec *ebpf.CollectionSpec, want map[string][3]uint32) {
+	t.Helper()
+	for name, w := range want {
+		m := spec.Maps[name]
+		if m == nil {
+			t.Errorf("%s: no map %s", obj, name)
+			continue
+		}
+		if got := [3]uint32{m.KeySize, m.ValueSize, m.MaxEntries}; got != w {
+			t.Errorf("%s: map %s key/value size, entries %v, want %v", obj, name, got, w)
 		}
 	}
 }

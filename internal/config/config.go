@@ -98,6 +98,12 @@ type BPF struct {
 	// Enabled loads the XDP/tc programs. When false, or when they cannot load, the
 	// daemon forwards everything itself (slower, same behaviour).
 	Enabled bool `yaml:"enabled"`
+	// FastPath also forwards data packets in the kernel (tc programs on agg0 and the
+	// uplinks) instead of only checking them at XDP. Experimental and off by default:
+	// packets whose TCP/UDP checksum is still pending when they reach agg0
+	// (CHECKSUM_PARTIAL: sent from a container or VM on the same host through a veth,
+	// or locally with checksum offload) arrive with a bad checksum (docs/fastpath.md).
+	FastPath bool `yaml:"fast_path"`
 }
 
 // Defaults shared by both modes.
@@ -141,6 +147,12 @@ func (c *collector) checkReorder(r Reorder) {
 	}
 	if r.MaxBuffer < minMaxBuffer || r.MaxBuffer > maxMaxBuffer {
 		c.add("reorder.max_buffer", "%s is out of range %s..%s", r.MaxBuffer, Size(minMaxBuffer), Size(maxMaxBuffer))
+	}
+}
+
+func (c *collector) checkBPF(b BPF) {
+	if b.FastPath && !b.Enabled {
+		c.add("bpf.fast_path", "needs bpf.enabled: true (the fast path runs behind the XDP shield); enable both or drop fast_path")
 	}
 }
 

@@ -160,6 +160,7 @@ func (c *collector) checkCPE(cfg *CPE, opts Options) {
 	c.checkUplinks(cfg.Uplinks, cfg.Tunnel, opts.interfaceExists())
 	c.checkReorder(cfg.Reorder)
 	c.checkProbe(cfg.Probe)
+	c.checkBPF(cfg.BPF)
 	if cfg.RekeyInterval < minRekeyInterval || cfg.RekeyInterval > maxRekeyInterval {
 		c.add("rekey_interval", "%s is out of range %s..%s", cfg.RekeyInterval, minRekeyInterval, maxRekeyInterval)
 	}

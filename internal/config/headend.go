@@ -126,6 +126,7 @@ func (c *collector) checkHeadend(cfg *Headend, opts Options) {
 	c.checkPeers(cfg.Peers, cfg.Tunnel.Address)
 	c.checkReorder(cfg.Reorder)
 	c.checkProbe(cfg.Probe)
+	c.checkBPF(cfg.BPF)
 }
 
 // claim is a prefix a peer asks the headend to route to it.

@@ -24,7 +24,8 @@ import (
 
 // Options are command-line choices that override the file.
 type Options struct {
-	NoBPF bool
+	NoBPF    bool
+	FastPath bool // turn the kernel fast path on whatever bpf.fast_path says
 }
 
 // NewLogger builds the daemon's structured logger from the config.
@@ -54,7 +55,9 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	if mtu == 0 {
 		mtu = minMTU - wire.Overhead
 	}
-	logDatapath(log, cfg.BPF.Enabled && !opts.NoBPF)
+	if !cfg.BPF.Enabled || opts.NoBPF {
+		log.Info("BPF disabled (--no-bpf or bpf.enabled: false): forwarding in userspace, no XDP shield")
+	}
 
 	host := &hostChanges{log: log, tunName: cfg.Tunnel.Interface}
 	defer host.undo()
@@ -98,6 +101,11 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 			defer sh.close()
 			session.Keys = sh.observer()
 			localPort = endpoint.Port()
+			if fp := tryFastPath(log, cfg.BPF.FastPath || opts.FastPath, endpoint.Port(), dev.Name(), mtu, sh.interfaces(), m); fp != nil {
+				defer fp.close()
+				session.FastPath = fp
+				session.Routes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+			}
 		}
 	}
 	cpe, err := tunnel.NewCPE(tunnel.CPEConfig{
@@ -121,7 +129,9 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	if mtu == 0 {
 		mtu = 1500 - wire.Overhead
 	}
-	logDatapath(log, cfg.BPF.Enabled && !opts.NoBPF)
+	if !cfg.BPF.Enabled || opts.NoBPF {
+		log.Info("BPF disabled (--no-bpf or bpf.enabled: false): forwarding in userspace, no XDP shield")
+	}
 
 	host := &hostChanges{log: log, tunName: cfg.Tunnel.Interface}
 	defer host.undo()
@@ -156,6 +166,10 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 		if sh := startShield(log, cfg.Listen.Port(), shieldInterfaces(dev.Name()), m.Registry); sh != nil {
 			defer sh.close()
 			session.Keys = sh.observer()
+			if fp := tryFastPath(log, cfg.BPF.FastPath || opts.FastPath, cfg.Listen.Port(), dev.Name(), mtu, sh.interfaces(), m); fp != nil {
+				defer fp.close()
+				session.FastPath = fp
+			}
 		}
 	}
 	he, err := tunnel.NewHeadend(tunnel.HeadendConfig{
@@ -168,12 +182,22 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	return he.Run(ctx)
 }
 
-func logDatapath(log *slog.Logger, bpfWanted bool) {
-	if bpfWanted {
-		log.Info("forwarding in userspace: the BPF forwarding fast path is not part of this build yet; the XDP receive shield is")
-	} else {
-		log.Info("BPF disabled: forwarding in userspace, no XDP shield")
+// tryFastPath starts the kernel forwarding path behind the XDP shield. It is only
+// worth having, and only sound, on the interfaces the shield guards (the receive
+// program trusts the shield's tag check). Failing is not fatal: the daemon forwards
+// everything itself and says why.
+func tryFastPath(log *slog.Logger, wanted bool, port uint16, tunName string, mtu int, ifaces []string, m *metrics.Set) *fastPath {
+	if !wanted {
+		log.Info("forwarding in userspace behind the XDP shield (bpf.fast_path: false, the default)")
+		return nil
 	}
+	fp, err := startFastPath(log, port, tunName, mtu, ifaces, m.Registry)
+	if err != nil {
+		log.Warn("BPF fast path not loaded: forwarding in userspace (same behaviour, slower)", "err", err)
+		return nil
+	}
+	log.Info("BPF fast path on: data packets are striped, encapsulated and delivered in the kernel; the daemon handles the rest")
+	return fp
 }
 
 func sessionConfig(peer string, r config.Reorder, p config.Probe) tunnel.SessionConfig {

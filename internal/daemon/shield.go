@@ -15,9 +15,10 @@ import (
 // on. It drops malformed packets, unknown sessions and bad tags before the kernel
 // allocates an skb; the daemon keeps its session map current.
 type shield struct {
-	log   *slog.Logger
-	prog  *bpf.Shield
-	links []link.Link
+	log    *slog.Logger
+	prog   *bpf.Shield
+	links  []link.Link
+	ifaces []string // where it is attached
 }
 
 // startShield loads and attaches the shield. Failing to do so is not fatal: the
@@ -41,6 +42,7 @@ func startShield(log *slog.Logger, port uint16, ifaces []string, reg *prometheus
 			continue
 		}
 		s.links = append(s.links, l)
+		s.ifaces = append(s.ifaces, name)
 		log.Info("XDP shield attached", "interface", name, "mode", mode)
 	}
 	if len(s.links) == 0 {
@@ -50,6 +52,9 @@ func startShield(log *slog.Logger, port uint16, ifaces []string, reg *prometheus
 	reg.MustRegister(shieldCollector{prog: prog})
 	return s
 }
+
+// interfaces lists the interfaces the shield guards.
+func (s *shield) interfaces() []string { return s.ifaces }
 
 // sessionKeys adapts the shield to the tunnel's key observer.
 func (s *shield) observer() tunnel.KeyObserver {

@@ -272,7 +272,9 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 	for i, u := range c.cfg.Uplinks {
 		conn := c.conns[i]
 		ep := c.cfg.Endpoint
-		l := s.addLink(u.Spec, func(_ *link, b []byte) error {
+		spec := u.Spec
+		spec.Local, spec.Interface = localAddrPort(conn), u.Interface
+		l := s.addLink(spec, func(_ *link, b []byte) error {
 			_, err := conn.WriteToUDPAddrPort(b, ep)
 			return err
 		})

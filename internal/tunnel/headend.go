@@ -233,6 +233,7 @@ func (h *Headend) sessionFor(peer *Peer, cpeIndex uint32) *Session {
 	}
 	cfg := h.cfg.Session
 	cfg.Peer = peer.Name
+	cfg.Routes = peer.Prefixes
 	s := newSession(cfg, h.m, h.log, idx, h.deliver)
 	s.peerIndex.Store(cpeIndex)
 	s.onNewLink = func(id uint8) *link { return h.addPeerLink(s, id) }
@@ -246,7 +247,8 @@ func (h *Headend) sessionFor(peer *Peer, cpeIndex uint32) *Session {
 // addPeerLink creates the link for one of the CPE's uplinks the first time a packet
 // arrives on it. Its address is filled in by Session.follow.
 func (h *Headend) addPeerLink(s *Session, id uint8) *link {
-	return s.addLink(LinkSpec{ID: id, Name: fmt.Sprintf("link%d", id)}, func(l *link, b []byte) error {
+	spec := LinkSpec{ID: id, Name: fmt.Sprintf("link%d", id), Local: localAddrPort(h.conn)}
+	return s.addLink(spec, func(l *link, b []byte) error {
 		to := l.remote.Load()
 		if to == nil {
 			return errors.New("no address for this link yet")

@@ -75,18 +75,21 @@ func (r *keyRing) lookup(id uint8, now time.Time) *keyGen {
 }
 
 // confirm is called when a packet verified under g: if g is the newest generation, the
-// peer has it, so we send with it from now on.
-func (r *keyRing) confirm(g *keyGen) {
+// peer has it, so we send with it from now on. It reports whether that switched.
+func (r *keyRing) confirm(g *keyGen) bool {
 	r.mu.RLock()
 	ok := r.tx != g && r.cur == g
 	r.mu.RUnlock()
-	if ok {
-		r.mu.Lock()
-		if r.cur == g {
-			r.tx = g
-		}
-		r.mu.Unlock()
+	if !ok {
+		return false
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur != g || r.tx == g {
+		return false
+	}
+	r.tx = g
+	return true
 }
 
 func (r *keyRing) sending() *keyGen {

@@ -22,6 +22,10 @@ type LinkSpec struct {
 	TxRate float64 // prior for the rate we can send at, bits/s (0 = unknown)
 	RxRate float64 // prior for the rate the peer can send to us at, bits/s (0 = unknown)
 	Weight float64 // pinned scheduler weight; 0 = automatic
+	// Where the link's packets leave from: our address and port, and (CPE) the uplink
+	// interface. The fast path needs them to send on the link itself.
+	Local     netip.AddrPort
+	Interface string
 }
 
 // defaultRate is what the scheduler assumes for a link with no prior and no measurement
@@ -39,7 +43,8 @@ type link struct {
 	// that it can read the link's current remote address (headend).
 	send func(self *link, pkt []byte) error
 
-	// Transmit side; txLinkSeq is only touched under the session's txMu.
+	// Transmit side; txLinkSeq is only touched under the session's txMu (and unused
+	// with a fast path, whose sequence series the kernel and the daemon share).
 	txLinkSeq uint32
 
 	rx rxAccount
@@ -78,6 +83,7 @@ type rxAccount struct {
 	packets     uint32
 	bytes       uint64
 	highLinkSeq uint32
+	lowLinkSeq  uint32 // the first link sequence number seen (for settleLoss)
 	seenAny     bool
 	lost        uint32
 	owdMin      int32 // µs, minimum in the current report period
@@ -87,15 +93,17 @@ type rxAccount struct {
 	lastArrival time.Time
 }
 
-// account records one authenticated data packet and returns how many packets the link
-// sequence shows were lost just before it.
-func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time.Time) (lost uint32) {
+// account records one authenticated data packet and, with gapLoss, returns how many
+// packets the link sequence shows were lost just before it. Without gapLoss (a fast path
+// delivers most packets, so the daemon's own ones have gaps that are no losses) the
+// loss is settled from the whole link sequence span at each feedback (settleLoss).
+func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time.Time, gapLoss bool) (lost uint32) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.packets++
 	a.bytes += uint64(size)
 	if a.seenAny {
-		if d := wire.SeqDiff(h.LinkSeq, a.highLinkSeq); d > 1 {
+		if d := wire.SeqDiff(h.LinkSeq, a.highLinkSeq); d > 1 && gapLoss {
 			lost = uint32(d - 1)
 			a.lost += lost
 		}
@@ -103,9 +111,15 @@ func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time
 			a.highLinkSeq = h.LinkSeq
 		}
 	} else {
-		a.highLinkSeq, a.seenAny = h.LinkSeq, true
+		a.highLinkSeq, a.lowLinkSeq, a.seenAny = h.LinkSeq, h.LinkSeq, true
 	}
-	owd := int32(nowMicros - h.Timestamp)
+	a.owdSample(int32(nowMicros - h.Timestamp))
+	a.lastArrival = now
+	return lost
+}
+
+// owdSample records one one-way-delay sample (µs). Caller holds mu.
+func (a *rxAccount) owdSample(owd int32) {
 	if a.owdMin == 0 || owd < a.owdMin {
 		a.owdMin = owd
 	}
@@ -113,8 +127,45 @@ func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time
 	if !a.floorSet || owd < a.owdFloor {
 		a.owdFloor, a.floorSet = owd, true
 	}
+}
+
+// addDelivered adds what the fast path delivered on the link since the last look.
+func (a *rxAccount) addDelivered(d RxDelta, now time.Time) {
+	if d.Packets == 0 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.seenAny {
+		// The kernel's first packets came before any the daemon saw: the span starts
+		// where the kernel's count says it did.
+		a.lowLinkSeq, a.highLinkSeq, a.seenAny = d.MaxLinkSeq-uint32(d.Packets)+1, d.MaxLinkSeq, true
+	} else if wire.SeqAfter(d.MaxLinkSeq, a.highLinkSeq) {
+		a.highLinkSeq = d.MaxLinkSeq
+	}
+	a.packets += uint32(d.Packets)
+	a.bytes += d.Bytes + uint64(d.Packets)*2*wire.HeaderLen // as account: aggd header + outer IPv4/UDP (also 28)
+	if d.HaveOWD {
+		a.owdSample(d.OWD)
+	}
 	a.lastArrival = now
-	return lost
+}
+
+// settleLoss sets the link's loss count to what its sequence span shows (span minus
+// packets received, never lower than before) and returns the increase.
+func (a *rxAccount) settleLoss() uint32 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.seenAny {
+		return 0
+	}
+	span := a.highLinkSeq - a.lowLinkSeq + 1
+	if span <= a.packets || span-a.packets <= a.lost {
+		return 0
+	}
+	inc := span - a.packets - a.lost
+	a.lost += inc
+	return inc
 }
 
 // report snapshots the link for a FEEDBACK message and starts a new report period.

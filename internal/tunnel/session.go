@@ -25,6 +25,10 @@ type SessionConfig struct {
 	// Keys, when set, is told every session's receive keys, so that the XDP shield can
 	// verify tags before the daemon sees the packets.
 	Keys KeyObserver
+	// FastPath, when set, takes the session's per-packet work into the kernel for the
+	// inner destinations in Routes; the session does what the kernel hands up.
+	FastPath FastPath
+	Routes   []netip.Prefix
 }
 
 // KeyGeneration is one receive key generation of a session.
@@ -47,6 +51,7 @@ type Session struct {
 	m          *metrics.Set
 	localIndex uint32 // the peer puts this in the header of packets to us
 	peerIndex  atomic.Uint32
+	fp         SessionPath // nil: everything in userspace
 	keys       keyRing
 	deliver    func([]byte) // writes an in-order inner packet to the tunnel interface
 
@@ -84,6 +89,9 @@ func newSession(cfg SessionConfig, m *metrics.Set, log *slog.Logger, localIndex 
 		closed: make(chan struct{}),
 	}
 	s.reseq.SetHold(int64(cfg.MaxHold))
+	if cfg.FastPath != nil {
+		s.fp = cfg.FastPath.OpenSession(localIndex, cfg.Routes)
+	}
 	s.holdTimer = time.AfterFunc(time.Hour, s.onHoldTimer)
 	s.holdTimer.Stop()
 	return s
@@ -154,8 +162,7 @@ func (s *Session) SendData(buf []byte) bool {
 	if !ok {
 		return false
 	}
-	seq := s.txSeq
-	s.txSeq++
+	seq := s.takeSeq()
 	s.sendDataOn(primary, k, seq, 0, now, buf)
 	if hasDup {
 		s.sendDataOn(dup, k, seq, wire.FlagDuplicate, now, buf)
@@ -169,10 +176,9 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, now i
 	if l == nil {
 		return
 	}
-	l.txLinkSeq++
 	h := wire.Header{
 		Type: wire.TypeData, Flags: flags, LinkID: id, KeyID: k.id,
-		Session: s.peerIndex.Load(), Seq: seq, LinkSeq: l.txLinkSeq,
+		Session: s.peerIndex.Load(), Seq: seq, LinkSeq: s.takeLinkSeq(l),
 		Timestamp: clock.Micros32(now),
 	}
 	h.Put(buf)
@@ -186,6 +192,34 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, now i
 	if flags&wire.FlagDuplicate != 0 {
 		l.m.dup.Inc()
 	}
+}
+
+// takeSeq takes the next global sequence number. Caller holds txMu.
+func (s *Session) takeSeq() uint32 {
+	if s.fp != nil {
+		return s.fp.TakeSeq()
+	}
+	seq := s.txSeq
+	s.txSeq++
+	return seq
+}
+
+// takeLinkSeq takes the next sequence number of link l. Caller holds txMu.
+func (s *Session) takeLinkSeq(l *link) uint32 {
+	if s.fp != nil {
+		return s.fp.TakeLinkSeq(l.spec.ID)
+	}
+	l.txLinkSeq++
+	return l.txLinkSeq
+}
+
+// watermark is what a probe on link l carries: the next global sequence number, and the
+// link's last sequence number. Caller holds txMu.
+func (s *Session) watermark(l *link) (seq, linkSeq uint32) {
+	if s.fp != nil {
+		return s.fp.PeekSeq(), s.fp.PeekLinkSeq(l.spec.ID) - 1
+	}
+	return s.txSeq, l.txLinkSeq
 }
 
 // refreshSchedule hands the links' current parameters to the scheduler.
@@ -215,6 +249,32 @@ func (s *Session) refreshSchedule() {
 	s.txMu.Lock()
 	s.sched.SetLinks(params)
 	s.txMu.Unlock()
+	if s.fp != nil {
+		s.programFastPath(links, params)
+	}
+}
+
+// programFastPath hands the kernel the session's transmit side: keys, and each link's
+// addresses, state, class, rate and base delay as the scheduler has them.
+func (s *Session) programFastPath(links []*link, params []sched.LinkParams) {
+	k := s.keys.sending()
+	if k == nil {
+		return
+	}
+	st := TxState{PeerIndex: s.peerIndex.Load(), KeyID: k.id, Key: k.send}
+	for i, l := range links {
+		p := params[i]
+		tl := TxLink{
+			ID: l.spec.ID, Local: l.spec.Local, Interface: l.spec.Interface,
+			Usable: p.Usable, Suspect: p.Suspect, Class: uint8(p.Class),
+			RateBps: p.RateBps, BaseOWD: time.Duration(p.BaseOWD),
+		}
+		if r := l.remote.Load(); r != nil {
+			tl.Remote = *r
+		}
+		st.Links = append(st.Links, tl)
+	}
+	s.fp.Program(st)
 }
 
 // sendControl seals and sends one control message on a link.
@@ -246,12 +306,26 @@ func (s *Session) sendProbe(l *link) {
 	body := wire.ProbeBody{Counter: s.txCtrl.Add(1)}.Append(nil)
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
-	s.sendControl(l, wire.TypeProbe, s.txSeq, l.txLinkSeq, body)
+	seq, linkSeq := s.watermark(l)
+	s.sendControl(l, wire.TypeProbe, seq, linkSeq, body)
 }
 
 // receive handles one datagram that parsed and matched this session. via is the link
 // the session's peer sent it on; from its source address.
 func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now time.Time) (reason wire.Reason, ok bool) {
+	if h.Type == wire.TypeData && s.fp != nil {
+		// Before anything can reject it: the kernel counted it when it passed it up, and
+		// takes the ordering back only when the daemon has seen all it passed up.
+		s.rxMu.Lock()
+		restart, next, drop := s.fp.OnData()
+		if restart {
+			s.reseq.Restart(next)
+		}
+		s.rxMu.Unlock()
+		if drop {
+			return wire.ReasonReplay, false
+		}
+	}
 	k := s.keys.lookup(h.KeyID, now)
 	if k == nil {
 		return wire.ReasonStaleKey, false
@@ -280,13 +354,15 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 		}
 		defer s.handleControl(l, h, msg, now)
 	}
-	s.keys.confirm(k)
+	if s.keys.confirm(k) {
+		s.schedDue.Store(true) // the kernel must send with the confirmed keys too
+	}
 	s.follow(l, from)
 	l.m.rxPackets.Inc()
 	l.m.rxBytes.Add(float64(len(pkt) + 28))
 	if h.Type == wire.TypeData {
 		nanos := clock.Nanos()
-		if lost := l.rx.account(h, len(pkt)+28, clock.Micros32(nanos), now); lost > 0 {
+		if lost := l.rx.account(h, len(pkt)+28, clock.Micros32(nanos), now, s.fp == nil); lost > 0 {
 			l.m.lost.Add(float64(lost))
 		}
 		s.rxMu.Lock()
@@ -353,6 +429,7 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 		for _, r := range body.Ranges {
 			s.reseq.Skip(r.Start, r.Count, s.deliver)
 		}
+		s.armHoldTimer(clock.Nanos())
 		s.rxMu.Unlock()
 	case wire.LinkParamsBody:
 		for _, p := range body.Links {
@@ -367,6 +444,9 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 // armHoldTimer makes sure the hold timer fires by the resequencer's next deadline.
 // Caller holds rxMu.
 func (s *Session) armHoldTimer(now int64) {
+	if s.fp != nil {
+		s.fp.Idle(s.reseq.Next(), s.reseq.Empty())
+	}
 	d, ok := s.reseq.NextDeadline()
 	if !ok || (s.armedAt != 0 && s.armedAt <= d) {
 		return
@@ -404,6 +484,9 @@ func (s *Session) tick(now time.Time) {
 			best = l
 		}
 	}
+	if s.fp != nil {
+		s.mergeFastRx(links)
+	}
 	if best != nil {
 		s.sendFeedback(best, links)
 	}
@@ -412,6 +495,26 @@ func (s *Session) tick(now time.Time) {
 	if s.schedDue.Swap(false) {
 		s.refreshSchedule()
 	}
+}
+
+// mergeFastRx adds what the kernel delivered on each link to the link's receive
+// accounting, and settles the links' loss counts, which the daemon alone cannot tell
+// from the few packets it sees itself.
+func (s *Session) mergeFastRx(links []*link) {
+	delta := s.fp.RxDelta()
+	for _, l := range links {
+		if d, ok := delta[l.spec.ID]; ok {
+			l.rx.addDelivered(d, time.Now())
+			l.m.rxPackets.Add(float64(d.Packets))
+			l.m.rxBytes.Add(float64(d.Bytes + 56*d.Packets))
+		}
+		if lost := l.rx.settleLoss(); lost > 0 {
+			l.m.lost.Add(float64(lost))
+		}
+	}
+	s.rxMu.Lock()
+	s.armHoldTimer(clock.Nanos())
+	s.rxMu.Unlock()
 }
 
 func (s *Session) sendFeedback(via *link, links []*link) {
@@ -476,6 +579,7 @@ func (s *Session) publishReseqStats() {
 // installKeys adds a key generation and tells the observer the receive keys now valid.
 func (s *Session) installKeys(g *keyGen, sendNow bool) {
 	s.keys.install(g, sendNow)
+	s.schedDue.Store(true) // the kernel's send key may have changed
 	if s.cfg.Keys == nil {
 		return
 	}
@@ -492,6 +596,9 @@ func (s *Session) close() {
 	s.once.Do(func() {
 		close(s.closed)
 		s.holdTimer.Stop()
+		if s.fp != nil {
+			s.fp.Close()
+		}
 		if s.cfg.Keys != nil {
 			s.cfg.Keys.SessionClosed(s.localIndex)
 		}

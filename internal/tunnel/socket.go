@@ -87,3 +87,11 @@ func parseDatagram(pkt []byte) (wire.Header, error) {
 	}
 	return h, nil
 }
+
+// localAddrPort is the address and port a socket is bound to.
+func localAddrPort(c *net.UDPConn) netip.AddrPort {
+	if a, ok := c.LocalAddr().(*net.UDPAddr); ok {
+		return a.AddrPort()
+	}
+	return netip.AddrPort{}
+}

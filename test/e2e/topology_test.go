@@ -67,11 +67,15 @@ func TestMain(m *testing.M) {
 }
 
 // newTopology builds the namespaces, links, shaping and addressing, without aggd.
-func newTopology(t testing.TB) *testnet.Net {
+func newTopology(t testing.TB) *testnet.Net { return buildTopology(t, "ae", true) }
+
+// buildTopology builds the topology with the given namespace prefix; shaped puts TBF at
+// uplinkRates on both ends of each uplink, else the veths run at their natural speed.
+func buildTopology(t testing.TB, prefix string, shaped bool) *testnet.Net {
 	if testing.Short() {
 		t.Skip("end-to-end test; skipped with -short")
 	}
-	n := testnet.New(t, "ae")
+	n := testnet.New(t, prefix)
 	n.AddNS("lan", "cpe", "hub", "srv")
 	n.Veth("lan", "eth0", lanHost+"/24", "cpe", "lan0", "10.99.0.1/24")
 	n.Run("lan", "ip", "route", "add", "default", "via", "10.99.0.1")
@@ -79,8 +83,10 @@ func newTopology(t testing.TB) *testnet.Net {
 		k := i + 1
 		up, hl := fmt.Sprintf("up%d", k), fmt.Sprintf("hl%d", k)
 		n.Veth("cpe", up, fmt.Sprintf("10.98.%d.2/24", k), "hub", hl, fmt.Sprintf("10.98.%d.1/24", k))
-		n.Shape("cpe", up, fmt.Sprintf("%dmbit", rate), 40)
-		n.Shape("hub", hl, fmt.Sprintf("%dmbit", rate), 40)
+		if shaped {
+			n.Shape("cpe", up, fmt.Sprintf("%dmbit", rate), 40)
+			n.Shape("hub", hl, fmt.Sprintf("%dmbit", rate), 40)
+		}
 		n.Run("cpe", "ip", "route", "add", headendIP+"/32", "via", fmt.Sprintf("10.98.%d.1", k),
 			"dev", up, "metric", strconv.Itoa(100+k))
 	}
@@ -89,8 +95,9 @@ func newTopology(t testing.TB) *testnet.Net {
 	return n
 }
 
-// startBond writes keys and configs and starts aggd as headend and CPE.
-func startBond(t testing.TB, n *testnet.Net) *bond {
+// startBond writes keys and configs and starts aggd as headend and CPE. daemonArgs,
+// if any, are appended to both daemons' command lines (e.g. "--no-bpf").
+func startBond(t testing.TB, n *testnet.Net, daemonArgs ...string) *bond {
 	dir := t.TempDir()
 	cpeKey, hubKey := writeKey(t, dir, "cpe.key"), writeKey(t, dir, "hub.key")
 	var ups strings.Builder
@@ -124,8 +131,8 @@ log:
 `, filepath.Join(dir, "hub.key"), headendIP, cpeKey))
 
 	b := &bond{Net: n, dir: dir}
-	b.headend = n.Start("hub", filepath.Join(dir, "hub.log"), aggdBinary, "headend", "--config", filepath.Join(dir, "hub.yaml"))
-	b.cpe = n.Start("cpe", filepath.Join(dir, "cpe.log"), aggdBinary, "cpe", "--config", filepath.Join(dir, "cpe.yaml"))
+	b.headend = n.Start("hub", filepath.Join(dir, "hub.log"), append([]string{aggdBinary, "headend", "--config", filepath.Join(dir, "hub.yaml")}, daemonArgs...)...)
+	b.cpe = n.Start("cpe", filepath.Join(dir, "cpe.log"), append([]string{aggdBinary, "cpe", "--config", filepath.Join(dir, "cpe.yaml")}, daemonArgs...)...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, f := range []string{"cpe.log", "hub.log"} {

@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * Earliest-expected-arrival scheduling for the transmit fast path
+ * (ARCHITECTURE §5), the BPF twin of internal/sched (the reference: keep the
+ * two in step).
+ *
+ * For every usable link i of the allowed classes
+ *
+ *     arrival(i) = max(now, backlog_end[i]) + size*8e9/rate[i] + base_owd[i]
+ *
+ * and the packet goes to the link with the smallest arrival, ties to the
+ * lowest link slot; its backlog_end becomes max(now, backlog_end) +
+ * size*8e9/rate. Class rules (sched.allowedClasses): primaries; overflow
+ * links too once every usable primary's backlog reaches more than
+ * AGGD_SCHED_OVERFLOW_NS beyond now; overflow and backup links when no
+ * primary is usable. A SUSPECT link's packet also gets a copy on the best
+ * other usable link (sched.pickDuplicate: links that are not suspect first,
+ * then links whose class is allowed, then the earliest arrival); the copy's
+ * link is charged too.
+ *
+ * In three pieces: aggd_sched_prepare reads the session's configuration,
+ * aggd_sched_pick decides on a backlog snapshot, aggd_sched_charge updates
+ * the shared backlog under the session's bpf_spin_lock (no helper or
+ * function calls there; everything is __always_inline).
+ *
+ * Why prepare and pick are written without branches: every link adds a few
+ * conditions, and the verifier walks each combination as its own path. A
+ * condition it can decide from a constant (a bit set built up on one path)
+ * makes it mark that value precise, so paths that differ in it are never
+ * pruned: 6.1 gave up after a million instructions even with the decision
+ * in a global function. So the per-link conditions are computed as 0/1
+ * values with arithmetic (aggd_nz64, aggd_lt64, aggd_sel64), hidden from
+ * clang by a barrier so it does not turn them back into branches, and
+ * combined by multiplication rather than with all-ones masks (6.18 forks
+ * its state on an AND with a value in [-1, 0]): the verifier walks one
+ * path, some 2,000 instructions on 6.18 for the whole decision. The loops
+ * over the links stay real bounded loops (unrolled, clang spills so many
+ * temporaries that the frame no longer fits the 512-byte stack the program
+ * shares with its subprograms).
+ *
+ * Times are nanoseconds of bpf_ktime_get_ns() and backlogs derived from it;
+ * the arithmetic comparisons assume they stay below 2^60 (36 years of
+ * uptime).
+ */
+#ifndef AGGD_SCHED_H
+#define AGGD_SCHED_H
+
+#include <linux/types.h>
+
+#include "aggd_wire.h"
+#include "aggd_verifier.h"
+#include "aggd_fastpath.h"
+
+/* sched.DefaultOverflowQueueDelay: 10 ms of queue on every primary. */
+#define AGGD_SCHED_OVERFLOW_NS 10000000ULL
+
+/* Link slots are masked with this to give the verifier a bound it can see. */
+#define AGGD_FP_SLOT_MASK (AGGD_FP_MAX_LINKS - 1)
+_Static_assert((AGGD_FP_MAX_LINKS & (AGGD_FP_MAX_LINKS - 1)) == 0, "link slots are a power of two");
+_Static_assert(AGGD_FP_MAX_LINKS <= 32, "link bit sets are 32 bits");
+
+/* Class bits of an allowed-class set. */
+#define AGGD_SCHED_PRIMARY (1U << AGGD_LINK_CLASS_PRIMARY)
+#define AGGD_SCHED_OVERFLOW (1U << AGGD_LINK_CLASS_OVERFLOW)
+#define AGGD_SCHED_BACKUP (1U << AGGD_LINK_CLASS_BACKUP)
+
+/* One packet's view of the session's links, computed before the lock. */
+struct aggd_sched_links { /* kept small: it lives on a stack shared with the program's */
+	__u64 tx_ns[AGGD_FP_MAX_LINKS];  /* the packet's transmission time on the link */
+	__u32 owd_us[AGGD_FP_MAX_LINKS]; /* the link's base one-way delay */
+	__u8 cls[AGGD_FP_MAX_LINKS];     /* class bit (AGGD_SCHED_*); 0 for an unusable link */
+	__u64 usable;   /* bit i: link i may carry data */
+	__u64 suspect;  /* bit i: link i is usable and SUSPECT */
+	__u64 sendable; /* bit i: link i is usable and the fast path can send on it now
+			 * (L3, or Ethernet with its gateway resolved) */
+};
+
+/* Larger than any arrival time or sort key: "not a candidate". */
+#define AGGD_SCHED_NEVER (1ULL << 62)
+
+/* 1 if x != 0, else 0, without a branch. */
+static __always_inline __u64 aggd_nz64(__u64 x)
+{
+	__u64 n = -x;
+
+	aggd_barrier_var(n);
+	return (x | n) >> 63;
+}
+
+/* 1 if a < b, else 0, without a branch; a and b below 2^63. */
+static __always_inline __u64 aggd_lt64(__u64 a, __u64 b)
+{
+	__u64 d = a - b;
+
+	aggd_barrier_var(d);
+	return d >> 63;
+}
+
+/*
+ * c (0 or 1) ? a : b, without a branch. A multiplication, not a mask
+ * (-c & a | ~-c & b): 6.18's verifier forks its state on an AND with a
+ * value in [-1, 0], which is as bad as a branch.
+ */
+static __always_inline __u64 aggd_sel64(__u64 c, __u64 a, __u64 b)
+{
+	aggd_barrier_var(c);
+	return b + c * (a - b);
+}
+
+static __always_inline __u64 aggd_sched_start(__u64 now, __u64 backlog_end)
+{
+	return aggd_sel64(aggd_lt64(now, backlog_end), backlog_end, now);
+}
+
+/*
+ * Read the session's links for a packet of size bytes (the outer datagram:
+ * inner packet + AGGD_OVERHEAD, as the Go side charges). size is at most
+ * 64 KiB + overhead, so size * 8e9 fits 64 bits with room to spare; a rate
+ * of 0 makes the link unusable (and BPF's division by zero yields 0).
+ *
+ * Usable: within nlinks, ifindex set, state UP or SUSPECT (unknown states,
+ * from a newer daemon, count as down: the most conservative reading), rate
+ * not 0. Unknown classes are backup, as sched.Class.effective.
+ */
+static __always_inline void aggd_sched_prepare(const struct aggd_fp_tx_session *s, __u32 size,
+					       struct aggd_sched_links *ls)
+{
+	__u64 n = s->nlinks;
+
+	ls->usable = 0;
+	ls->suspect = 0;
+	ls->sendable = 0;
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
+		const struct aggd_fp_tx_link *l = &s->links[i];
+		__u64 state = l->state, cls = l->cls, flags = l->flags, rate = l->rate_bps;
+		__u64 u, eth, neigh, big;
+
+		u = aggd_lt64(i, n) & aggd_nz64(l->ifindex) & aggd_nz64(rate) &
+		    (aggd_nz64((state - AGGD_FP_LINK_UP) & ~1ULL) ^ 1); /* state 1 or 2 */
+		eth = (flags / AGGD_FP_LINK_ETHERNET) & 1;
+		neigh = (flags / AGGD_FP_LINK_NEIGH_OK) & 1;
+		big = aggd_lt64(AGGD_LINK_CLASS_MAX, cls);
+		cls = aggd_sel64(big, AGGD_LINK_CLASS_MAX, cls) & 3;
+
+		ls->usable |= u << i;
+		ls->suspect |= (u & (aggd_nz64(state - AGGD_FP_LINK_SUSPECT) ^ 1)) << i;
+		ls->sendable |= (u & ((eth ^ 1) | neigh)) << i;
+		ls->cls[i] = u << cls;
+		ls->tx_ns[i] = (__u64)size * 8000000000ULL / rate;
+		ls->owd_us[i] = l->base_owd_us;
+	}
+}
+
+/* sched.allowedClasses: primaries; overflow too when every usable primary's
+ * backlog ends more than AGGD_SCHED_OVERFLOW_NS after now; overflow and
+ * backup when no primary is usable. */
+static __always_inline __u64 aggd_sched_allowed(const __u64 *backlog_end, const struct aggd_sched_links *ls,
+						__u64 now)
+{
+	__u64 any_primary = 0, any_idle_primary = 0;
+
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
+		__u64 primary = ls->cls[i] & AGGD_SCHED_PRIMARY; /* 0 or 1 */
+
+		any_primary |= primary;
+		any_idle_primary |= primary & (aggd_lt64(now + AGGD_SCHED_OVERFLOW_NS, backlog_end[i]) ^ 1);
+	}
+	return (AGGD_SCHED_PRIMARY * any_primary) |
+	       (AGGD_SCHED_OVERFLOW * ((any_primary & any_idle_primary) ^ 1)) |
+	       (AGGD_SCHED_BACKUP * (any_primary ^ 1));
+}
+
+/* What aggd_sched_pick decided. */
+struct aggd_sched_choice {
+	__s32 link;      /* the link slot, -1: no usable link */
+	__s32 dup;       /* the redundant copy's link slot, -1: no copy */
+	__u32 sendable;  /* 1: the fast path can send on link now */
+	__u32 pad;
+	__u64 link_tx_ns; /* what to charge link */
+	__u64 dup_tx_ns;  /* what to charge dup */
+};
+
+/*
+ * Choose the link for the packet: the allowed usable link with the earliest
+ * expected arrival, ties to the lowest slot. If that link is suspect, choose
+ * the link for its copy: among the other usable links the fast path can send
+ * on now (a copy cannot be handed to the slow path apart from its original),
+ * links that are not suspect first, then links of an allowed class, then the
+ * earliest arrival (sched.pickDuplicate; a copy may use a link the class
+ * rules would not). Charges nothing. backlog_end is the session's backlog
+ * or a snapshot of it.
+ */
+static __always_inline void aggd_sched_pick(const __u64 *backlog_end, const struct aggd_sched_links *ls,
+					    __u64 now, struct aggd_sched_choice *c)
+{
+	__u64 allowed = aggd_sched_allowed(backlog_end, ls, now);
+	__u64 best = 0, best_at = AGGD_SCHED_NEVER, best_tx = 0, found = 0;
+	__u64 d = 0, d_key = AGGD_SCHED_NEVER, d_tx = 0, d_found = 0, want_dup;
+
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
+		__u64 cand = aggd_nz64(ls->cls[i] & allowed);
+		__u64 at = aggd_sched_start(now, backlog_end[i]) + ls->tx_ns[i] + (__u64)ls->owd_us[i] * 1000;
+		__u64 better = aggd_lt64(aggd_sel64(cand, at, AGGD_SCHED_NEVER), best_at);
+
+		best_at = aggd_sel64(better, at, best_at);
+		best = aggd_sel64(better, i, best);
+		best_tx = aggd_sel64(better, ls->tx_ns[i], best_tx);
+		found |= better;
+	}
+	best &= AGGD_FP_SLOT_MASK;
+	c->link = (__s32)aggd_sel64(found, best, (__u64)-1);
+	c->sendable = (ls->sendable >> best) & found;
+	c->link_tx_ns = best_tx;
+	want_dup = (ls->suspect >> best) & found;
+
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
+		__u64 cand = ((ls->usable & ls->sendable) >> i) & aggd_nz64(i ^ best) & 1;
+		__u64 tier = 2 * ((ls->suspect >> i) & 1) + (aggd_nz64(ls->cls[i] & allowed) ^ 1);
+		__u64 at = aggd_sched_start(now, backlog_end[i]) + ls->tx_ns[i] + (__u64)ls->owd_us[i] * 1000;
+		/* tier above arrival: one key orders both (arrivals < 2^60). */
+		__u64 key = (tier << 60) + at;
+		__u64 better = aggd_lt64(aggd_sel64(cand, key, AGGD_SCHED_NEVER), d_key);
+
+		d_key = aggd_sel64(better, key, d_key);
+		d = aggd_sel64(better, i, d);
+		d_tx = aggd_sel64(better, ls->tx_ns[i], d_tx);
+		d_found |= better;
+	}
+	d_found &= want_dup;
+	c->dup = (__s32)aggd_sel64(d_found, d & AGGD_FP_SLOT_MASK, (__u64)-1);
+	c->dup_tx_ns = d_tx;
+}
+
+/* Append tx_ns of transmission to link i's virtual queue. Caller holds the
+ * lock of the tx_sched value backlog_end belongs to. */
+static __always_inline void aggd_sched_charge(__u64 *backlog_end, __u32 i, __u64 tx_ns, __u64 now)
+{
+	i &= AGGD_FP_SLOT_MASK;
+	backlog_end[i] = aggd_sched_start(now, backlog_end[i]) + tx_ns;
+}
+
+#endif /* AGGD_SCHED_H */

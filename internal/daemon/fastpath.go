@@ -1,0 +1,440 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+
+	"github.com/aggd/aggd/internal/bpf"
+	"github.com/aggd/aggd/internal/handover"
+	"github.com/aggd/aggd/internal/netcfg"
+	"github.com/aggd/aggd/internal/tunnel"
+)
+
+// fastPath is the kernel forwarding path: the tc program on agg0's egress that stripes
+// and encapsulates, and the tc program on the uplinks' ingress that delivers in-order
+// packets into agg0. It implements tunnel.FastPath; each session gets a slot in its maps.
+type fastPath struct {
+	log     *slog.Logger
+	tx      *bpf.Tx
+	rx      *bpf.Rx
+	mtu     int
+	attach  []bpf.TCAttachment
+	nexthop *nexthopCache
+
+	mu    sync.Mutex
+	slots [maxFastSessions]bool
+}
+
+// maxFastSessions is the number of session slots in the fast path's maps
+// (AGGD_FP_MAX_SESSIONS in bpf/include/aggd_fastpath.h). Sessions beyond it stay in
+// userspace.
+const maxFastSessions = 1024
+
+// startFastPath loads both tc programs and attaches them: transmit on the tunnel
+// interface's egress, receive on the ingress of every interface tunnel packets arrive
+// on (the ones the XDP shield guards, which checks them first). Any failure leaves
+// nothing behind and returns why: the caller falls back to userspace forwarding.
+func startFastPath(log *slog.Logger, port uint16, tunName string, mtu int, rxIfaces []string, reg *prometheus.Registry) (*fastPath, error) {
+	tunIfc, err := net.InterfaceByName(tunName)
+	if err != nil {
+		return nil, fmt.Errorf("tunnel interface %s: %w", tunName, err)
+	}
+	f := &fastPath{log: log, mtu: mtu, nexthop: newNexthopCache()}
+	ok := false
+	defer func() {
+		if !ok {
+			f.close()
+		}
+	}()
+	if f.tx, err = bpf.LoadTx(); err != nil {
+		return nil, fmt.Errorf("loading the transmit program: %w", err)
+	}
+	if f.rx, err = bpf.LoadRx(port); err != nil {
+		return nil, fmt.Errorf("loading the receive program: %w", err)
+	}
+	if err := f.rx.SetAgg0(tunIfc.Index); err != nil {
+		return nil, err
+	}
+	// GSO off on agg0: locally sent TCP then reaches the transmit program in packets,
+	// not 64 KB blocks it would have to hand to the daemon (docs/fastpath.md, GSO).
+	if err := netcfg.DisableGSO(tunName); err != nil {
+		log.Warn("fast path: cannot turn GSO off on the tunnel interface; local TCP will take the slow path", "err", err)
+	}
+	a, mode, err := bpf.AttachTC(f.tx.Program(), tunIfc.Index, true)
+	if err != nil {
+		return nil, fmt.Errorf("%s egress: %w", tunName, err)
+	}
+	f.attach = append(f.attach, a)
+	log.Info("fast path: transmit program attached", "interface", tunName, "mode", mode)
+	for _, name := range rxIfaces {
+		ifc, err := net.InterfaceByName(name)
+		if err != nil {
+			return nil, fmt.Errorf("uplink %s: %w", name, err)
+		}
+		a, mode, err := bpf.AttachTC(f.rx.Program(), ifc.Index, false)
+		if err != nil {
+			return nil, fmt.Errorf("%s ingress: %w", name, err)
+		}
+		f.attach = append(f.attach, a)
+		log.Info("fast path: receive program attached", "interface", name, "mode", mode)
+	}
+	reg.MustRegister(fastPathCollector{f})
+	ok = true
+	return f, nil
+}
+
+func (f *fastPath) close() {
+	if f == nil {
+		return
+	}
+	for _, a := range f.attach {
+		if err := a.Close(); err != nil {
+			f.log.Warn("fast path: detaching a program", "err", err)
+		}
+	}
+	if f.tx != nil {
+		_ = f.tx.Close()
+	}
+	if f.rx != nil {
+		_ = f.rx.Close()
+	}
+}
+
+// OpenSession implements tunnel.FastPath.
+func (f *fastPath) OpenSession(localIndex uint32, routes []netip.Prefix) tunnel.SessionPath {
+	f.mu.Lock()
+	slot := -1
+	for i, used := range f.slots {
+		if !used {
+			slot = i
+			f.slots[i] = true
+			break
+		}
+	}
+	f.mu.Unlock()
+	if slot < 0 {
+		f.log.Warn("fast path full: this session forwards in userspace", "session", localIndex, "sessions", maxFastSessions)
+		return nil
+	}
+	s := &fpSession{f: f, slot: uint32(slot), index: localIndex, routes: routes,
+		prevRx: make(map[uint8]bpf.RxLinkStats)}
+	fail := func(what string, err error) tunnel.SessionPath {
+		f.log.Warn("fast path: "+what+"; this session forwards in userspace", "session", localIndex, "err", err)
+		s.Close()
+		return nil
+	}
+	var err error
+	if s.seq, err = f.tx.Seq(s.slot); err != nil {
+		return fail("no sequence memory", err)
+	}
+	s.seq.Set(0) // a new session's series starts at 0 on both paths
+	if err := f.rx.EnableSession(localIndex); err != nil {
+		return fail("cannot enable receive", err)
+	}
+	s.rxOn = true
+	s.ho = handover.New(f.rx, localIndex)
+	return s
+}
+
+// fpSession is one session's share of the fast path (tunnel.SessionPath).
+type fpSession struct {
+	f      *fastPath
+	slot   uint32
+	index  uint32
+	routes []netip.Prefix
+	seq    *bpf.TxSeq
+	ho     *handover.Daemon
+	rxOn   bool
+
+	mu        sync.Mutex
+	linkSlot  map[uint8]int // link id -> index in the session's link table
+	txOn      bool
+	routesOn  bool
+	lastWarn  time.Time
+	prevRx    map[uint8]bpf.RxLinkStats
+	closeOnce sync.Once
+}
+
+func (s *fpSession) TakeSeq() uint32 { return s.seq.Take() }
+func (s *fpSession) PeekSeq() uint32 { return s.seq.Peek() }
+
+func (s *fpSession) TakeLinkSeq(id uint8) uint32 { return s.seq.TakeLink(s.slotOf(id)) }
+func (s *fpSession) PeekLinkSeq(id uint8) uint32 { return s.seq.PeekLink(s.slotOf(id)) }
+
+// slotOf gives each link id a fixed place in the session's link table, in the order
+// the links first show up (at most AGGD_FP_MAX_LINKS; config allows no more uplinks).
+func (s *fpSession) slotOf(id uint8) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.linkSlot == nil {
+		s.linkSlot = make(map[uint8]int)
+	}
+	if i, ok := s.linkSlot[id]; ok {
+		return i
+	}
+	i := len(s.linkSlot)
+	s.linkSlot[id] = i
+	return i
+}
+
+// Program implements tunnel.SessionPath: it resolves each link's interface and next
+// hop and writes the session's transmit entry; the first complete one also routes the
+// session's inner prefixes into the fast path.
+func (s *fpSession) Program(st tunnel.TxState) {
+	ts := bpf.TxSession{Enabled: true, PeerIndex: st.PeerIndex, KeyID: st.KeyID, Key: st.Key, MTU: s.f.mtu}
+	for _, l := range st.Links {
+		i := s.slotOf(l.ID)
+		if i >= bpf.MaxTxLinks {
+			continue
+		}
+		for len(ts.Links) <= i {
+			ts.Links = append(ts.Links, bpf.TxLink{})
+		}
+		tl, err := s.f.resolveLink(l)
+		if err != nil {
+			s.warn("fast path: link not usable by the kernel; its packets take the slow path", "link", l.ID, "err", err)
+			continue
+		}
+		ts.Links[i] = tl
+	}
+	if err := s.f.tx.SetSession(s.slot, ts); err != nil {
+		s.warn("fast path: cannot program the session; it forwards in userspace", "err", err)
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.txOn = true
+	if s.routesOn {
+		return
+	}
+	for _, p := range s.routes {
+		if err := s.f.tx.SetRoute(p, s.slot); err != nil {
+			s.f.log.Warn("fast path: cannot route a prefix into the kernel; its packets take the slow path", "prefix", p, "err", err)
+		}
+	}
+	s.routesOn = true
+}
+
+// warn logs at most once per 10 s per session: Program runs every probe interval.
+func (s *fpSession) warn(msg string, args ...any) {
+	s.mu.Lock()
+	now := time.Now()
+	quiet := now.Sub(s.lastWarn) < 10*time.Second
+	if !quiet {
+		s.lastWarn = now
+	}
+	s.mu.Unlock()
+	if !quiet {
+		s.f.log.Warn(msg, append(args, "session", s.index)...)
+	}
+}
+
+func (s *fpSession) OnData() (restart bool, next uint32, drop bool) {
+	restart, next, err := s.ho.OnData()
+	switch {
+	case errors.Is(err, handover.ErrKernelOwns):
+		return false, 0, true
+	case err != nil:
+		s.warn("fast path: cannot read the ordering state", "err", err)
+	}
+	return restart, next, false
+}
+
+func (s *fpSession) Idle(next uint32, empty bool) {
+	if err := s.ho.Idle(next, empty); err != nil {
+		s.warn("fast path: cannot hand the ordering back to the kernel", "err", err)
+	}
+}
+
+// RxDelta implements tunnel.SessionPath from the receive program's per-link counters.
+func (s *fpSession) RxDelta() map[uint8]tunnel.RxDelta {
+	cur, err := s.f.rx.LinkStats(s.index)
+	if err != nil {
+		s.warn("fast path: cannot read receive counters", "err", err)
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[uint8]tunnel.RxDelta, len(cur))
+	for id, c := range cur {
+		p := s.prevRx[id]
+		if c.Packets == p.Packets {
+			continue
+		}
+		out[id] = tunnel.RxDelta{
+			Packets: c.Packets - p.Packets, Bytes: c.Bytes - p.Bytes, MaxLinkSeq: c.MaxLinkSeq,
+			OWD: int32(uint32(c.LastArrivalNs/1000) - c.LastTstamp), HaveOWD: true,
+		}
+		s.prevRx[id] = c
+	}
+	return out
+}
+
+func (s *fpSession) Close() {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		routesOn := s.routesOn
+		s.mu.Unlock()
+		if routesOn {
+			for _, p := range s.routes {
+				_ = s.f.tx.DeleteRoute(p)
+			}
+		}
+		_ = s.f.tx.DeleteSession(s.slot)
+		if s.rxOn {
+			_ = s.f.rx.DisableSession(s.index)
+		}
+		s.f.mu.Lock()
+		s.f.slots[s.slot] = false
+		s.f.mu.Unlock()
+	})
+}
+
+// resolveLink turns a session's link into what the transmit program needs: the
+// interface to redirect to, whether it is Ethernet (then the next hop and whether its
+// neighbour entry is resolved), and the source address if the socket is unbound.
+func (f *fastPath) resolveLink(l tunnel.TxLink) (bpf.TxLink, error) {
+	if !l.Remote.IsValid() {
+		return bpf.TxLink{}, fmt.Errorf("no peer address yet")
+	}
+	nh, err := f.nexthop.get(l.Interface, l.Remote.Addr(), l.Local.Addr())
+	if err != nil {
+		return bpf.TxLink{}, err
+	}
+	state := bpf.TxLinkDown
+	switch {
+	case l.Usable && l.Suspect:
+		state = bpf.TxLinkSuspect
+	case l.Usable:
+		state = bpf.TxLinkUp
+	}
+	src := l.Local.Addr()
+	if !src.IsValid() || src.IsUnspecified() {
+		src = nh.src
+	}
+	return bpf.TxLink{
+		Ifindex: nh.ifindex, LinkID: l.ID, State: state, Class: l.Class,
+		Ethernet: nh.ethernet, NeighOK: nh.neighOK,
+		Src: netip.AddrPortFrom(src, l.Local.Port()), Dst: l.Remote, Gateway: nh.gateway,
+		RateBps: uint64(l.RateBps), BaseOWD: l.BaseOWD,
+	}, nil
+}
+
+// nexthop is where the kernel must send a link's packets.
+type nexthop struct {
+	ifindex  int
+	ethernet bool
+	gateway  netip.Addr // invalid: the destination is on-link
+	src      netip.Addr
+	neighOK  bool
+	at       time.Time
+}
+
+// nexthopCache keeps route and neighbour lookups to one per link per second.
+type nexthopCache struct {
+	mu sync.Mutex
+	m  map[string]nexthop
+}
+
+func newNexthopCache() *nexthopCache { return &nexthopCache{m: make(map[string]nexthop)} }
+
+const nexthopTTL = time.Second
+
+func (c *nexthopCache) get(iface string, dst, src netip.Addr) (nexthop, error) {
+	key := iface + "|" + dst.String() + "|" + src.String()
+	c.mu.Lock()
+	nh, ok := c.m[key]
+	c.mu.Unlock()
+	if ok && time.Since(nh.at) < nexthopTTL {
+		return nh, nil
+	}
+	nh, err := lookupNexthop(iface, dst, src)
+	if err != nil {
+		return nexthop{}, err
+	}
+	nh.at = time.Now()
+	c.mu.Lock()
+	c.m[key] = nh
+	c.mu.Unlock()
+	return nh, nil
+}
+
+// lookupNexthop asks the kernel's routing table (as `ip route get DST [oif IFACE]
+// [from SRC]` would) and its neighbour table.
+func lookupNexthop(iface string, dst, src netip.Addr) (nexthop, error) {
+	opts := &netlink.RouteGetOptions{Oif: iface}
+	if src.IsValid() && !src.IsUnspecified() {
+		opts.SrcAddr = src.AsSlice()
+	}
+	routes, err := netlink.RouteGetWithOptions(dst.AsSlice(), opts)
+	if err != nil || len(routes) == 0 {
+		return nexthop{}, fmt.Errorf("no route to %s (oif %q): %v", dst, iface, err)
+	}
+	r := routes[0]
+	lk, err := netlink.LinkByIndex(r.LinkIndex)
+	if err != nil {
+		return nexthop{}, fmt.Errorf("route to %s: interface %d: %w", dst, r.LinkIndex, err)
+	}
+	nh := nexthop{ifindex: r.LinkIndex, ethernet: len(lk.Attrs().HardwareAddr) == 6}
+	if a, ok := netip.AddrFromSlice(r.Src); ok {
+		nh.src = a.Unmap()
+	}
+	hop := dst
+	if a, ok := netip.AddrFromSlice(r.Gw); ok {
+		nh.gateway = a.Unmap()
+		hop = nh.gateway
+	}
+	if nh.ethernet {
+		nh.neighOK = neighbourResolved(r.LinkIndex, hop)
+	}
+	return nh, nil
+}
+
+// neighbourResolved reports whether the next hop has a usable neighbour entry. An
+// unresolved one makes the transmit program hand the packet to the daemon, whose
+// socket send resolves it (ARCHITECTURE §9: redirect_neigh before resolution can send
+// malformed packets).
+func neighbourResolved(ifindex int, hop netip.Addr) bool {
+	neighs, err := netlink.NeighList(ifindex, netlink.FAMILY_V4)
+	if err != nil {
+		return false
+	}
+	const usable = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_PERMANENT | netlink.NUD_NOARP
+	for _, n := range neighs {
+		if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == hop && n.State&usable != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// fastPathCollector exports the fast path's per-verdict counters at scrape time.
+type fastPathCollector struct{ f *fastPath }
+
+var fastPathDesc = prometheus.NewDesc("aggd_fastpath_packets_total",
+	"Data packets judged by the kernel fast path, by direction and verdict: fast (handled "+
+		"in the kernel), drop_old (receive: duplicate or late, dropped), or the reason it was "+
+		"handed to the daemon's slow path.",
+	[]string{"direction", "verdict"}, nil)
+
+func (c fastPathCollector) Describe(ch chan<- *prometheus.Desc) { ch <- fastPathDesc }
+
+func (c fastPathCollector) Collect(ch chan<- prometheus.Metric) {
+	for dir, read := range map[string]func() (map[string]uint64, error){"tx": c.f.tx.Verdicts, "rx": c.f.rx.Verdicts} {
+		v, err := read()
+		if err != nil {
+			continue
+		}
+		for verdict, n := range v {
+			ch <- prometheus.MustNewConstMetric(fastPathDesc, prometheus.CounterValue, float64(n), dir, verdict)
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package tunnel
+
+import (
+	"net/netip"
+	"time"
+)
+
+// FastPath is the kernel datapath a session can hand its per-packet work to: the tc
+// programs that stripe and encapsulate what is routed into agg0, and deliver in-order
+// packets from the uplinks into agg0 (internal/daemon implements it with internal/bpf).
+// The session keeps doing everything the kernel hands up (docs/fastpath-ordering.md).
+type FastPath interface {
+	// OpenSession gives a new session its share of the fast path: the kernel sends for
+	// the inner destinations in routes and receives for localIndex. nil: the session
+	// stays in userspace (no room, or the fast path cannot serve it).
+	OpenSession(localIndex uint32, routes []netip.Prefix) SessionPath
+}
+
+// SessionPath is one session's share of the fast path.
+type SessionPath interface {
+	// TakeSeq and TakeLinkSeq take the next global and per-link sequence numbers from
+	// the series the kernel takes from too, so both paths send one series; PeekSeq and
+	// PeekLinkSeq read the next numbers without taking them (probe watermarks).
+	TakeSeq() uint32
+	TakeLinkSeq(id uint8) uint32
+	PeekSeq() uint32
+	PeekLinkSeq(id uint8) uint32
+
+	// Program hands the kernel what it needs to send for the session now. Called when
+	// keys, links, rates or states change (at most every probe interval otherwise).
+	Program(TxState)
+
+	// OnData is told of every DATA packet of the session the daemon receives, before
+	// anything else is done with it. restart: the kernel owned the ordering and handed
+	// it over at next; the resequencer (empty then) must continue from there. drop: the
+	// kernel owns the ordering and did not pass this packet up (it came another way):
+	// delivering it could deliver it twice.
+	OnData() (restart bool, next uint32, drop bool)
+	// Idle is told the resequencer's state after each change: when it is empty, the
+	// ordering can go back to the kernel, which then continues at next.
+	Idle(next uint32, empty bool)
+
+	// RxDelta returns, per link, what the kernel delivered since the last call.
+	RxDelta() map[uint8]RxDelta
+
+	Close()
+}
+
+// TxState is a session's transmit side as the kernel needs it.
+type TxState struct {
+	PeerIndex uint32
+	KeyID     uint8
+	Key       [16]byte
+	Links     []TxLink
+}
+
+// TxLink is one link of a session's transmit side.
+type TxLink struct {
+	ID            uint8
+	Local, Remote netip.AddrPort
+	Interface     string // the CPE's uplink interface; "" on the headend (found by route)
+	Usable        bool
+	Suspect       bool
+	Class         uint8
+	RateBps       float64
+	BaseOWD       time.Duration
+}
+
+// RxDelta is what the kernel delivered on one link since the last look.
+type RxDelta struct {
+	Packets    uint64
+	Bytes      uint64
+	MaxLinkSeq uint32
+	// A one-way-delay sample from the latest packet, µs (with the clocks' offset),
+	// when HaveOWD.
+	OWD     int32
+	HaveOWD bool
+}
