@@ -136,6 +136,9 @@ func (f *fastPath) OpenSession(localIndex uint32, routes []netip.Prefix) tunnel.
 		return fail("no sequence memory", err)
 	}
 	s.seq.Set(0) // a new session's series starts at 0 on both paths
+	if s.prevTx, err = f.tx.LinkCounts(s.slot); err != nil {
+		return fail("cannot read transmit counters", err)
+	}
 	if err := f.rx.EnableSession(localIndex); err != nil {
 		return fail("cannot enable receive", err)
 	}
@@ -160,6 +163,7 @@ type fpSession struct {
 	routesOn  bool
 	lastWarn  time.Time
 	prevRx    map[uint8]bpf.RxLinkStats
+	prevTx    []bpf.TxLinkCounts // by link slot; the slot's counters outlive sessions
 	closeOnce sync.Once
 }
 
@@ -274,6 +278,27 @@ func (s *fpSession) RxDelta() map[uint8]tunnel.RxDelta {
 			OWD: int32(uint32(c.LastArrivalNs/1000) - c.LastTstamp), HaveOWD: true,
 		}
 		s.prevRx[id] = c
+	}
+	return out
+}
+
+// TxDelta implements tunnel.SessionPath from the transmit program's per-link counters.
+func (s *fpSession) TxDelta() map[uint8]tunnel.TxDelta {
+	cur, err := s.f.tx.LinkCounts(s.slot)
+	if err != nil {
+		s.warn("fast path: cannot read transmit counters", "err", err)
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[uint8]tunnel.TxDelta)
+	for id, i := range s.linkSlot {
+		if i >= len(cur) || i >= len(s.prevTx) || cur[i].Packets == s.prevTx[i].Packets {
+			continue
+		}
+		c, p := cur[i], s.prevTx[i]
+		out[id] = tunnel.TxDelta{Packets: c.Packets - p.Packets, Bytes: c.Bytes - p.Bytes, Copies: c.Copies - p.Copies}
+		s.prevTx[i] = c
 	}
 	return out
 }

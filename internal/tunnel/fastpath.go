@@ -40,8 +40,10 @@ type SessionPath interface {
 	// ordering can go back to the kernel, which then continues at next.
 	Idle(next uint32, empty bool)
 
-	// RxDelta returns, per link, what the kernel delivered since the last call.
+	// RxDelta returns, per link, what the kernel delivered since the last call;
+	// TxDelta what it sent.
 	RxDelta() map[uint8]RxDelta
+	TxDelta() map[uint8]TxDelta
 
 	Close()
 }
@@ -64,6 +66,13 @@ type TxLink struct {
 	Class         uint8
 	RateBps       float64
 	BaseOWD       time.Duration
+}
+
+// TxDelta is what the kernel sent on one link since the last look.
+type TxDelta struct {
+	Packets uint64 // datagrams, redundant copies included
+	Bytes   uint64 // inner bytes
+	Copies  uint64 // redundant copies of a suspect link's packets
 }
 
 // RxDelta is what the kernel delivered on one link since the last look.

@@ -497,12 +497,18 @@ func (s *Session) tick(now time.Time) {
 	}
 }
 
-// mergeFastRx adds what the kernel delivered on each link to the link's receive
-// accounting, and settles the links' loss counts, which the daemon alone cannot tell
+// mergeFastRx adds what the kernel sent on each link to the link's transmit counters
+// and what it delivered to the link's receive accounting, and settles the links' loss counts, which the daemon alone cannot tell
 // from the few packets it sees itself.
 func (s *Session) mergeFastRx(links []*link) {
 	delta := s.fp.RxDelta()
+	sent := s.fp.TxDelta()
 	for _, l := range links {
+		if d, ok := sent[l.spec.ID]; ok {
+			l.m.txPackets.Add(float64(d.Packets))
+			l.m.txBytes.Add(float64(d.Bytes + 2*wire.HeaderLen*d.Packets)) // as sendDataOn counts
+			l.m.dup.Add(float64(d.Copies))
+		}
 		if d, ok := delta[l.spec.ID]; ok {
 			l.rx.addDelivered(d, time.Now())
 			l.m.rxPackets.Add(float64(d.Packets))

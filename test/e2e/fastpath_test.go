@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aggd/aggd/internal/testnet"
 )
@@ -105,11 +106,27 @@ func TestFastPathCarriesTraffic(t *testing.T) {
 	b := startBond(t, n, "--fast-path")
 	startIperfServer(t, n)
 	for _, dir := range []struct {
-		name    string
-		reverse bool
-	}{{"upstream", false}, {"downstream", true}} {
+		name     string
+		reverse  bool
+		ns, peer string // the sending side's aggd and its name for the other side
+	}{{"upstream", false, "cpe", "headend"}, {"downstream", true, "hub", "cpe1"}} {
 		before := map[string]map[string]map[string]float64{"cpe": b.verdictCounts(t, "cpe"), "hub": b.verdictCounts(t, "hub")}
+		linksBefore := b.linkTx(t, dir.ns, dir.peer)
 		bps := iperf(t, n, 4, dir.reverse)
+		// The links' counters include what the kernel sent (merged every probe interval).
+		time.Sleep(300 * time.Millisecond)
+		linksAfter := b.linkTx(t, dir.ns, dir.peer)
+		var sum float64
+		for l := range linksAfter {
+			sum += linksAfter[l] - linksBefore[l]
+		}
+		for l := range linksAfter {
+			share := (linksAfter[l] - linksBefore[l]) / sum
+			t.Logf("  TCP %s: link %s carried %.1f%% of the packets", dir.name, l, 100*share)
+			if share < 0.03 {
+				t.Errorf("TCP %s: link %s carried only %.1f%% of the packets", dir.name, l, 100*share)
+			}
+		}
 		t.Logf("TCP %s goodput %.1f Mbit/s", dir.name, bps/1e6)
 		if bps < goodputFloor {
 			t.Errorf("TCP %s goodput %.1f Mbit/s is below the sanity floor of %.0f Mbit/s", dir.name, bps/1e6, goodputFloor/1e6)
