@@ -15,7 +15,7 @@ DEB_PACKAGES := clang llvm libbpf-dev bpftool linux-libc-dev gcc-multilib \
 GOLANGCI_LINT_VERSION := v2.15.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps generate build test test-unit fuzz bench demo lab lint clean
+.PHONY: help deps generate build test test-unit test-bpf-lts fuzz bench demo lab lint clean
 
 help: ## show this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ bench: build ## run benchmarks; results in results/bench/*.json
 
 demo: build ## bring up the virtual lab (netem links in a VM) with three links and show aggd working
 	./scripts/demo.sh
+
+test-bpf-lts: generate ## the BPF programs' in-kernel tests on the lab VM's Debian LTS kernel (6.1)
+	./scripts/bpf-lts-test.sh
 
 lab: build ## run the lab's scenario suite (netem in a VM, ~13 min); results in results/lab/
 	test/vm/lab suite
