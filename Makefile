@@ -42,6 +42,8 @@ build: generate ## build bin/aggd
 test: build ## run all tests (unit, BPF in-kernel, fuzzing FUZZTIME per target, end-to-end in netns; needs root)
 	./scripts/fuzz-all.sh $${FUZZTIME:-50000x}
 	$(GO) test -count=1 -timeout 40m $(PKGS)
+	@echo "test: the end-to-end tests again, with the kernel fast path on (--fast-path)"
+	AGGD_E2E_DAEMON_ARGS=--fast-path $(GO) test -count=1 -timeout 20m ./test/e2e
 
 test-unit: generate ## unit tests only (no root needed for most)
 	$(GO) test -count=1 -short $(PKGS)

@@ -389,10 +389,10 @@ int aggd_tc_tx(struct __sk_buff *skb)
 
 	/* Room for the outer headers behind the MAC header (none on agg0).
 	 * On failure nothing has changed: the slow path sends the packet.
-	 * Known problem (docs/fastpath.md): a packet whose inner TCP/UDP
-	 * checksum is still pending (CHECKSUM_PARTIAL: forwarded from a veth,
-	 * or sent locally with offload) reaches the peer with the checksum never
-	 * filled in; leaving the ENCAP flags out did not change that. */
+	 * A pending inner checksum (CHECKSUM_PARTIAL, e.g. forwarded from a
+	 * veth) stays pending: csum_start moves with the inner header, and the
+	 * uplink's transmit fills it in (a NIC, or the kernel in software on the
+	 * veth uplinks the daemon turns checksum offload off on). */
 	ret = bpf_skb_adjust_room(skb, AGGD_OVERHEAD, BPF_ADJ_ROOM_MAC,
 				  BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
 					  BPF_F_ADJ_ROOM_ENCAP_L2(AGGD_HDR_LEN) | BPF_F_ADJ_ROOM_FIXED_GSO);

@@ -99,10 +99,8 @@ type BPF struct {
 	// daemon forwards everything itself (slower, same behaviour).
 	Enabled bool `yaml:"enabled"`
 	// FastPath also forwards data packets in the kernel (tc programs on agg0 and the
-	// uplinks) instead of only checking them at XDP. Experimental and off by default:
-	// packets whose TCP/UDP checksum is still pending when they reach agg0
-	// (CHECKSUM_PARTIAL: sent from a container or VM on the same host through a veth,
-	// or locally with checksum offload) arrive with a bad checksum (docs/fastpath.md).
+	// uplinks) instead of only checking them at XDP. Experimental and off by default
+	// (docs/fastpath.md, Known problems).
 	FastPath bool `yaml:"fast_path"`
 }
 

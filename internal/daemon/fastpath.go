@@ -31,6 +31,10 @@ type fastPath struct {
 
 	mu    sync.Mutex
 	slots [maxFastSessions]bool
+
+	csumMu   sync.Mutex
+	csumDone map[int]bool // interfaces completeChecksums has seen, by index
+	csumOff  []string     // interfaces it turned checksum offload off on (turned back on at close)
 }
 
 // maxFastSessions is the number of session slots in the fast path's maps
@@ -100,6 +104,14 @@ func (f *fastPath) close() {
 			f.log.Warn("fast path: detaching a program", "err", err)
 		}
 	}
+	f.csumMu.Lock()
+	for _, name := range f.csumOff {
+		if err := netcfg.EnableTxChecksum(name); err != nil {
+			f.log.Warn("fast path: cannot turn transmit checksum offload back on", "interface", name, "err", err)
+		}
+	}
+	f.csumOff = nil
+	f.csumMu.Unlock()
 	if f.tx != nil {
 		_ = f.tx.Close()
 	}
@@ -334,6 +346,7 @@ func (f *fastPath) resolveLink(l tunnel.TxLink) (bpf.TxLink, error) {
 	if err != nil {
 		return bpf.TxLink{}, err
 	}
+	f.completeChecksums(nh.ifindex)
 	state := bpf.TxLinkDown
 	switch {
 	case l.Usable && l.Suspect:
@@ -351,6 +364,48 @@ func (f *fastPath) resolveLink(l tunnel.TxLink) (bpf.TxLink, error) {
 		Src: netip.AddrPortFrom(src, l.Local.Port()), Dst: l.Remote, Gateway: nh.gateway,
 		RateBps: uint64(l.RateBps), BaseOWD: l.BaseOWD,
 	}, nil
+}
+
+// completeChecksums turns transmit checksum offload off on a veth the transmit program
+// redirects to, once per interface, before the program gets the link.
+//
+// A forwarded or locally sent packet can reach agg0's egress with its TCP/UDP checksum
+// still pending (CHECKSUM_PARTIAL: only the pseudo-header sum is in the packet, and
+// csum_start/csum_offset say where the rest goes). The encapsulation keeps it pending
+// (now pointing into the inner packet), and on the way out the uplink's
+// validate_xmit_skb leaves it to a device that offers checksum offload. A NIC fills it
+// in; a veth does not: it passes the skb with its pending state to the peer namespace.
+// There the receive program's fast path still works (the decapsulated skb stays
+// CHECKSUM_PARTIAL, which the stack trusts), but every packet it hands to the daemon
+// (gap, daemon_owns) reaches the daemon's UDP socket as bytes, with the inner checksum
+// never filled in; written into agg0 it is CHECKSUM_NONE with a wrong checksum, and
+// conntrack marks it invalid (no NAT reversal; the router's TCP counts TcpInCsumErrors).
+// Without offload on the veth the kernel fills the checksum in on transmit.
+func (f *fastPath) completeChecksums(ifindex int) {
+	f.csumMu.Lock()
+	defer f.csumMu.Unlock()
+	if f.csumDone[ifindex] {
+		return
+	}
+	if f.csumDone == nil {
+		f.csumDone = make(map[int]bool)
+	}
+	f.csumDone[ifindex] = true
+	lk, err := netlink.LinkByIndex(ifindex)
+	if err != nil || lk.Type() != "veth" {
+		return
+	}
+	name := lk.Attrs().Name
+	if on, err := netcfg.TxChecksum(name); err == nil && !on {
+		return // already off: nothing to do, nothing to restore
+	}
+	if err := netcfg.DisableTxChecksum(name); err != nil {
+		f.log.Warn("fast path: cannot turn transmit checksum offload off on a veth uplink; packets the peer's daemon forwards may carry unfinished checksums",
+			"interface", name, "err", err)
+		return
+	}
+	f.csumOff = append(f.csumOff, name)
+	f.log.Info("fast path: transmit checksum offload turned off on a veth uplink (back on at exit)", "interface", name)
 }
 
 // nexthop is where the kernel must send a link's packets.

@@ -10,15 +10,15 @@ import (
 	"github.com/aggd/aggd/internal/testnet"
 )
 
-// wireLikeHosts makes the LAN host and the server send what a host behind a physical
-// wire delivers to a router: MTU-sized packets with finished checksums. Over a veth a
-// host's TCP blocks (TSO/GSO) and pending checksums (CHECKSUM_PARTIAL) reach the
-// router as they are, which no NIC does. The fast path hands blocks to the daemon
-// (verdict gso) and cannot yet carry pending checksums (docs/fastpath.md), so its
-// tests and benchmarks use these hosts; the userspace tests keep the veth defaults.
+// wireLikeHosts makes the LAN host and the server send MTU-sized packets, as a host
+// behind a physical wire delivers them to a router. Over a veth a host's TCP blocks
+// (TSO/GSO) reach the router as they are, which no NIC does; the fast path hands
+// blocks to the daemon (verdict gso), so its tests and benchmarks use these hosts.
+// Checksum offload stays on: pending checksums (CHECKSUM_PARTIAL) must survive the
+// fast path (the daemon turns checksum offload off on veth uplinks).
 func wireLikeHosts(n *testnet.Net) {
-	n.Run("lan", "ethtool", "-K", "eth0", "tso", "off", "gso", "off", "tx", "off")
-	n.Run("srv", "ethtool", "-K", "eth0", "tso", "off", "gso", "off", "tx", "off")
+	n.Run("lan", "ethtool", "-K", "eth0", "tso", "off", "gso", "off")
+	n.Run("srv", "ethtool", "-K", "eth0", "tso", "off", "gso", "off")
 }
 
 // verdictCounts snapshots one daemon's fast-path counters: direction -> verdict -> n.

@@ -130,6 +130,10 @@ log:
   level: debug
 `, filepath.Join(dir, "hub.key"), headendIP, cpeKey))
 
+	// AGGD_E2E_DAEMON_ARGS adds options to both daemons of every test (e.g. --fast-path:
+	// `make test` runs the suite once more with it, so the userspace tests check the
+	// kernel fast path too).
+	daemonArgs = append(daemonArgs, strings.Fields(os.Getenv("AGGD_E2E_DAEMON_ARGS"))...)
 	b := &bond{Net: n, dir: dir}
 	b.headend = n.Start("hub", filepath.Join(dir, "hub.log"), append([]string{aggdBinary, "headend", "--config", filepath.Join(dir, "hub.yaml")}, daemonArgs...)...)
 	b.cpe = n.Start("cpe", filepath.Join(dir, "cpe.log"), append([]string{aggdBinary, "cpe", "--config", filepath.Join(dir, "cpe.yaml")}, daemonArgs...)...)
@@ -199,6 +203,15 @@ func (b *bond) metrics(ns string) (map[string]float64, error) {
 }
 
 // metric returns one series' value from a daemon's metrics (0 when absent).
+// metricOr0 is one series' value, or 0 if the daemon does not export it.
+func (b *bond) metricOr0(ns, series string) float64 {
+	m, err := b.metrics(ns)
+	if err != nil {
+		return 0
+	}
+	return m[series]
+}
+
 func (b *bond) metric(t testing.TB, ns, series string) float64 {
 	m, err := b.metrics(ns)
 	if err != nil {
