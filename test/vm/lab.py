@@ -628,8 +628,14 @@ def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, re
             args += ["-u", "-b", udp_rate]
         args += list(extra)
         t_start = time.time()
-        r = subprocess.run(["ip", "netns", "exec", ns(client_ns), *args], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, timeout=seconds + 60)
+        try:
+            r = subprocess.run(["ip", "netns", "exec", ns(client_ns), *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, timeout=seconds + 60)
+        except subprocess.TimeoutExpired as e:
+            # A transfer that hangs is a failed transfer, reported like any other.
+            j = {"error": f"iperf3 did not finish within {e.timeout:.0f}s (the transfer stalled)", "_rc": 124}
+            j["_t_start"] = t_start
+            return j
         j = iperf_json(r.stdout)
         j["_rc"] = r.returncode
         # When the test itself began (after exec and connect), for lining up its intervals.
@@ -831,13 +837,16 @@ log:
         return n
 
     def start_aggd(self):
-        step(f"Starting aggd headend in {ns('hub')} and aggd cpe in {ns('cpe')} (userspace datapath)")
+        # LAB_AGGD_ARGS: extra daemon options for both sides, e.g. --fast-path.
+        extra = os.environ.get("LAB_AGGD_ARGS", "").split()
+        path = "kernel fast path" if "--fast-path" in extra else "userspace datapath"
+        step(f"Starting aggd headend in {ns('hub')} and aggd cpe in {ns('cpe')} ({path})")
         self.configs()
         self.hub = self.procs.start("hub", os.path.join(self.work, "hub.log"), AGGD, "headend", "--config",
-                                    os.path.join(self.work, "hub.yaml"))
+                                    os.path.join(self.work, "hub.yaml"), *extra)
         time.sleep(0.3)
         self.cpe = self.procs.start("cpe", os.path.join(self.work, "cpe.log"), AGGD, "cpe", "--config",
-                                    os.path.join(self.work, "cpe.yaml"))
+                                    os.path.join(self.work, "cpe.yaml"), *extra)
         n = len(self.sc["links"])
         t0 = time.time()
         while True:
@@ -854,7 +863,8 @@ log:
             if time.time() - t0 > 40:
                 raise LabError(f"bond not up after 40s: ping {ok}, links up cpe {c}/{n}, headend {h}/{n}")
             time.sleep(0.5)
-        self.result["aggd"] = {"cpe_pid": self.cpe.pid, "hub_pid": self.hub.pid, "bond_up_s": round(time.time() - t0, 1)}
+        self.result["aggd"] = {"cpe_pid": self.cpe.pid, "hub_pid": self.hub.pid, "bond_up_s": round(time.time() - t0, 1),
+                               "args": extra}
 
     def aggd_pids(self):
         # ip netns exec execs the command, so the Popen pid is aggd's own.
