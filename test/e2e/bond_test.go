@@ -61,20 +61,31 @@ func TestTCPSurvivesUplinkOutage(t *testing.T) {
 	startIperfServer(t, n)
 
 	out := filepath.Join(t.TempDir(), "iperf.json")
-	flow := n.Start("lan", out, "iperf3", "-c", server, "-t", "14", "-J")
+	flow := n.Start("lan", out, "iperf3", "-c", server, "-t", "20", "-J")
 
 	time.Sleep(3 * time.Second)
 	n.Run("cpe", "ip", "link", "set", "up2", "down")
 	time.Sleep(4 * time.Second)
 	n.Run("cpe", "ip", "link", "set", "up2", "up")
-	time.Sleep(3 * time.Second) // the link must be probed up again and rejoin the schedule
+	// The link must be probed up again and rejoin the schedule. How long the kernel takes
+	// to route through up2 again after it comes up varies (seen: up to 5 s on a loaded
+	// machine, the probes failing with "network is unreachable" meanwhile), so the 2 s
+	// window starts when the daemon has the link up, plus a second to rejoin.
+	deadline := time.Now().Add(15 * time.Second)
+	for b.linksUp("cpe", "headend") < len(uplinkRates) {
+		if time.Now().After(deadline) {
+			t.Fatalf("up2 not back up 15 s after its interface came up")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
 	atReturn := b.linkTx(t, "cpe", "headend")["up2"]
 	time.Sleep(2 * time.Second)
 	later := b.linkTx(t, "cpe", "headend")["up2"]
 
 	select {
 	case <-flow.Done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("iperf3 did not finish")
 	}
 	if flow.Err != nil {
