@@ -35,6 +35,7 @@ type fastPath struct {
 	csumMu   sync.Mutex
 	csumDone map[int]bool // interfaces completeChecksums has seen, by index
 	csumOff  []string     // interfaces it turned checksum offload off on (turned back on at close)
+	rps      map[string]string // RPS masks changed by steerReceive, to restore at close
 }
 
 // maxFastSessions is the number of session slots in the fast path's maps
@@ -90,6 +91,7 @@ func startFastPath(log *slog.Logger, port uint16, tunName string, mtu int, rxIfa
 		f.attach = append(f.attach, a)
 		log.Info("fast path: receive program attached", "interface", name, "mode", mode)
 	}
+	f.steerReceive(log, append([]string{tunName}, rxIfaces...))
 	reg.MustRegister(fastPathCollector{f})
 	ok = true
 	return f, nil
@@ -104,6 +106,7 @@ func (f *fastPath) close() {
 			f.log.Warn("fast path: detaching a program", "err", err)
 		}
 	}
+	netcfg.RestoreReceive(f.rps)
 	f.csumMu.Lock()
 	for _, name := range f.csumOff {
 		if err := netcfg.EnableTxChecksum(name); err != nil {
@@ -118,6 +121,27 @@ func (f *fastPath) close() {
 	if f.rx != nil {
 		_ = f.rx.Close()
 	}
+}
+
+// steerReceive makes the kernel process everything the uplinks and agg0 receive on
+// one CPU (RPS). The receive program decides "deliver k" under a lock but delivers
+// after it; from two CPUs, k+1 could overtake k, and the daemon's writes into agg0
+// could overtake (or be overtaken by) the program's deliveries at a handover. On one
+// CPU's backlog they keep the order they were decided in (the SPIN model's variant
+// "order-steered", docs/fastpath-ordering.md). The cost: the tunnel's receive work no
+// longer spreads over CPUs.
+func (f *fastPath) steerReceive(log *slog.Logger, ifaces []string) {
+	f.rps = make(map[string]string)
+	for _, name := range ifaces {
+		prev, err := netcfg.SteerReceive(name, "1")
+		for k, v := range prev {
+			f.rps[k] = v
+		}
+		if err != nil {
+			log.Warn("fast path: cannot steer receive processing to one CPU; packets may be delivered slightly out of order", "interface", name, "err", err)
+		}
+	}
+	log.Info("fast path: receive processing of the uplinks and the tunnel interface steered to CPU 0 (RPS), which keeps delivery in order")
 }
 
 // OpenSession implements tunnel.FastPath.

@@ -2,6 +2,9 @@ package netcfg
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"runtime"
 	"unsafe"
 
@@ -73,3 +76,34 @@ func ethtoolValueCall(name string, cmd, value uint32) (uint32, error) {
 	}
 	return v.data, nil
 }
+
+// SteerReceive sets the RPS CPU mask of every receive queue of an interface
+// (/sys/class/net/NAME/queues/rx-*/rps_cpus), so that the kernel processes what the
+// interface receives on those CPUs, in arrival order. It returns the previous masks, by
+// file, for RestoreReceive.
+func SteerReceive(name string, mask string) (map[string]string, error) {
+	files, err := filepath.Glob(filepath.Join("/sys/class/net", name, "queues", "rx-*", "rps_cpus"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("%s: no receive queues in sysfs (RPS needs CONFIG_RPS and sysfs of this network namespace)", name)
+	}
+	prev := make(map[string]string, len(files))
+	for _, f := range files {
+		old, err := os.ReadFile(f)
+		if err != nil {
+			return prev, err
+		}
+		if err := os.WriteFile(f, []byte(mask), 0); err != nil {
+			return prev, fmt.Errorf("%s: %w", f, err)
+		}
+		prev[f] = strings.TrimSpace(string(old))
+	}
+	return prev, nil
+}
+
+// RestoreReceive puts back masks SteerReceive returned.
+func RestoreReceive(prev map[string]string) {
+	for f, m := range prev {
+		_ = os.WriteFile(f, []byte(m), 0)
+	}
+}
+
