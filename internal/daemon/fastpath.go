@@ -33,8 +33,8 @@ type fastPath struct {
 	slots [maxFastSessions]bool
 
 	csumMu   sync.Mutex
-	csumDone map[int]bool // interfaces completeChecksums has seen, by index
-	csumOff  []string     // interfaces it turned checksum offload off on (turned back on at close)
+	csumDone map[int]bool      // interfaces completeChecksums has seen, by index
+	csumOff  []string          // interfaces it turned checksum offload off on (turned back on at close)
 	rps      map[string]string // RPS masks changed by steerReceive, to restore at close
 }
 

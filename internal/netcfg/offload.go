@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"runtime"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -106,4 +106,3 @@ func RestoreReceive(prev map[string]string) {
 		_ = os.WriteFile(f, []byte(m), 0)
 	}
 }
-
