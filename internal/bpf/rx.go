@@ -4,10 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/aggd/aggd/internal/handover"
@@ -73,12 +71,8 @@ func LoadRx(tunnelPort uint16) (*Rx, error) {
 	if err := checkRxVerdictEnum(spec); err != nil {
 		return nil, fmt.Errorf("load rx fast path: %w", err)
 	}
-	port, ok := spec.Variables["tunnel_port"]
-	if !ok {
-		return nil, errors.New("load rx fast path: object has no tunnel_port variable (rebuild with go generate)")
-	}
-	if err := port.Set(tunnelPort); err != nil {
-		return nil, fmt.Errorf("load rx fast path: set tunnel port: %w", err)
+	if err := setTunnelPort(spec, tunnelPort); err != nil {
+		return nil, fmt.Errorf("load rx fast path: %w", err)
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("load rx fast path: %w", permErr(err))
@@ -193,19 +187,7 @@ func (r *Rx) Diverted(index uint32) (uint64, error) {
 // Verdicts returns the receive counters summed over all CPUs, keyed by the
 // names in RxVerdicts (every name present).
 func (r *Rx) Verdicts() (map[string]uint64, error) {
-	out := make(map[string]uint64, len(RxVerdicts))
-	var perCPU []uint64
-	for i, name := range RxVerdicts {
-		if err := r.objs.RxVerdicts.Lookup(uint32(i), &perCPU); err != nil {
-			return nil, fmt.Errorf("rx fast path: counter %s: %w", name, err)
-		}
-		var sum uint64
-		for _, v := range perCPU {
-			sum += v
-		}
-		out[name] = sum
-	}
-	return out, nil
+	return sumPerCPU(r.objs.RxVerdicts, RxVerdicts, "rx fast path: counter")
 }
 
 // LinkStats returns what the kernel delivered for the session, per link ID
@@ -247,26 +229,5 @@ func nativeSession(index uint32) uint32 {
 // checkRxVerdictEnum compares RxVerdicts with enum aggd_fp_rx_verdict as
 // compiled into the object.
 func checkRxVerdictEnum(spec *ebpf.CollectionSpec) error {
-	var enum *btf.Enum
-	if err := spec.Types.TypeByName("aggd_fp_rx_verdict", &enum); err != nil {
-		return fmt.Errorf("object lacks enum aggd_fp_rx_verdict in BTF (rebuild with go generate): %w", err)
-	}
-	n := 0
-	for _, v := range enum.Values {
-		name := strings.ToLower(strings.TrimPrefix(v.Name, "AGGD_FP_RX_"))
-		if name == "_count" {
-			if v.Value != uint64(len(RxVerdicts)) {
-				return fmt.Errorf("enum aggd_fp_rx_verdict has %d verdicts, Go knows %d", v.Value, len(RxVerdicts))
-			}
-			continue
-		}
-		if v.Value >= uint64(len(RxVerdicts)) || RxVerdicts[v.Value] != name {
-			return fmt.Errorf("enum aggd_fp_rx_verdict value %s = %d does not match Go's verdict list", v.Name, v.Value)
-		}
-		n++
-	}
-	if n != len(RxVerdicts) {
-		return fmt.Errorf("enum aggd_fp_rx_verdict has %d verdicts, Go knows %d", n, len(RxVerdicts))
-	}
-	return nil
+	return checkEnum(spec, "aggd_fp_rx_verdict", "AGGD_FP_RX_", RxVerdicts, nil)
 }

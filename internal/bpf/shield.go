@@ -9,10 +9,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
@@ -87,12 +85,8 @@ func LoadShield(tunnelPort uint16) (*Shield, error) {
 	if err := checkReasonEnum(spec); err != nil {
 		return nil, fmt.Errorf("load shield: %w", err)
 	}
-	port, ok := spec.Variables["tunnel_port"]
-	if !ok {
-		return nil, errors.New("load shield: object has no tunnel_port variable")
-	}
-	if err := port.Set(tunnelPort); err != nil {
-		return nil, fmt.Errorf("load shield: set tunnel port: %w", err)
+	if err := setTunnelPort(spec, tunnelPort); err != nil {
+		return nil, fmt.Errorf("load shield: %w", err)
 	}
 
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones
@@ -230,19 +224,7 @@ func (s *Shield) Attach(ifindex int) (link.Link, XDPMode, error) {
 // Stats returns the shield's counters summed over all CPUs, keyed by the
 // names in Reasons. Every name is present, also with a zero count.
 func (s *Shield) Stats() (map[string]uint64, error) {
-	out := make(map[string]uint64, len(Reasons))
-	var perCPU []uint64
-	for i, name := range Reasons {
-		if err := s.objs.ShieldStats.Lookup(uint32(i), &perCPU); err != nil {
-			return nil, fmt.Errorf("shield stats %s: %w", name, err)
-		}
-		var sum uint64
-		for _, v := range perCPU {
-			sum += v
-		}
-		out[name] = sum
-	}
-	return out, nil
+	return sumPerCPU(s.objs.ShieldStats, Reasons, "shield stats")
 }
 
 // Close unloads the program and its maps (an attached link keeps the
@@ -254,31 +236,8 @@ func (s *Shield) Close() error {
 // checkReasonEnum compares Reasons with enum aggd_reason as compiled into
 // the object (the C header is the definition the BPF side counts with).
 func checkReasonEnum(spec *ebpf.CollectionSpec) error {
-	var enum *btf.Enum
-	if err := spec.Types.TypeByName("aggd_reason", &enum); err != nil {
-		return fmt.Errorf("object lacks enum aggd_reason in BTF: %w", err)
-	}
-	var got []string
-	for _, v := range enum.Values {
-		name := strings.TrimPrefix(v.Name, "AGGD_REASON_")
-		switch name {
-		case "_COUNT":
-			if v.Value != uint64(len(Reasons)) {
-				return fmt.Errorf("enum aggd_reason has %d values, Go knows %d", v.Value, len(Reasons))
-			}
-			continue
-		case "NONE":
-			name = "pass"
-		}
-		if v.Value >= uint64(len(Reasons)) || Reasons[v.Value] != strings.ToLower(name) {
-			return fmt.Errorf("enum aggd_reason value %s = %d does not match Go's reason list", v.Name, v.Value)
-		}
-		got = append(got, name)
-	}
-	if len(got) != len(Reasons) {
-		return fmt.Errorf("enum aggd_reason has %d reasons, Go knows %d", len(got), len(Reasons))
-	}
-	return nil
+	// AGGD_REASON_NONE counts accepted datagrams: Go calls it "pass".
+	return checkEnum(spec, "aggd_reason", "AGGD_REASON_", Reasons, map[string]string{"none": "pass"})
 }
 
 // permErr turns a permission error into one that says what is missing.

@@ -7,13 +7,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
@@ -406,19 +404,7 @@ func (q *TxSeq) link(i int) *uint64 {
 // Verdicts returns the fast path's verdict counters summed over all CPUs,
 // keyed by the names in TxVerdicts (every name present).
 func (t *Tx) Verdicts() (map[string]uint64, error) {
-	out := make(map[string]uint64, len(TxVerdicts))
-	var perCPU []uint64
-	for i, name := range TxVerdicts {
-		if err := t.objs.TxVerdicts.Lookup(uint32(i), &perCPU); err != nil {
-			return nil, fmt.Errorf("tx verdicts %s: %w", name, err)
-		}
-		var sum uint64
-		for _, v := range perCPU {
-			sum += v
-		}
-		out[name] = sum
-	}
-	return out, nil
+	return sumPerCPU(t.objs.TxVerdicts, TxVerdicts, "tx verdicts")
 }
 
 // LinkCounts returns what the fast path sent on each link slot of the
@@ -534,26 +520,5 @@ func LoadPinnedTx(dir string) (*Tx, error) {
 // checkTxVerdictEnum compares TxVerdicts with enum aggd_fp_tx_verdict as
 // compiled into the object.
 func checkTxVerdictEnum(spec *ebpf.CollectionSpec) error {
-	var enum *btf.Enum
-	if err := spec.Types.TypeByName("aggd_fp_tx_verdict", &enum); err != nil {
-		return fmt.Errorf("object lacks enum aggd_fp_tx_verdict in BTF: %w", err)
-	}
-	n := 0
-	for _, v := range enum.Values {
-		name := strings.TrimPrefix(v.Name, "AGGD_FP_TX_")
-		if name == "_COUNT" {
-			if v.Value != uint64(len(TxVerdicts)) {
-				return fmt.Errorf("enum aggd_fp_tx_verdict has %d values, Go knows %d", v.Value, len(TxVerdicts))
-			}
-			continue
-		}
-		if v.Value >= uint64(len(TxVerdicts)) || TxVerdicts[v.Value] != strings.ToLower(name) {
-			return fmt.Errorf("enum aggd_fp_tx_verdict value %s = %d does not match Go's verdict list", v.Name, v.Value)
-		}
-		n++
-	}
-	if n != len(TxVerdicts) {
-		return fmt.Errorf("enum aggd_fp_tx_verdict has %d verdicts, Go knows %d", n, len(TxVerdicts))
-	}
-	return nil
+	return checkEnum(spec, "aggd_fp_tx_verdict", "AGGD_FP_TX_", TxVerdicts, nil)
 }
