@@ -1,0 +1,276 @@
+// Package estimate tells the scheduler how fast each link really is, from what the
+// peer reports receiving on it (docs/architecture.md §6).
+//
+// One Estimator per link and direction. Every feedback period it gets a Sample: how
+// many bytes the peer received on the link in that period, how many we sent, and the
+// link's queueing delay (the period's smallest one-way delay above the link's floor).
+// From those it keeps two numbers:
+//
+//   - Capacity: the link's delivery rate at the onset of queueing. While the link
+//     has a standing queue, its bottleneck is busy all the time, so what it delivers is
+//     its capacity; those samples go through a Kalman filter (kalman.go). A link seen
+//     delivering more than the estimate without a queue lifts the estimate to that.
+//   - Rate: what the scheduler assumes. It follows the capacity, with two corrections
+//     that make the control loop: below capacity while the link's queue is above the
+//     target and above the other links' queues (so the queue drains and its traffic
+//     moves to links that have room), and
+//     above the estimate, a few percent per period, while the link carries all the
+//     scheduler gives it without any queue (probing: the capacity may have grown).
+//
+// Configured rates are a prior (the starting point) and a cap, nothing more. Without a
+// prior a link starts low, at StartRate, and doubles its rate every period it carries
+// what it is given without a queue (startup, like TCP's slow start): an optimistic
+// start would instead make every unmeasured link look far better than a measured one
+// and keep the measured ones idle until each had been overloaded in turn. Startup ends
+// with the link's first standing queue.
+//
+// The Estimator is not safe for concurrent use; the link's mutex guards it.
+package estimate
+
+import (
+	"math"
+	"time"
+)
+
+// Config is a link's estimator setup.
+type Config struct {
+	// Prior is the configured rate in bits/s, the starting point; 0: none.
+	Prior float64
+	// Cap bounds capacity and rate, bits/s; 0: no cap.
+	Cap float64
+	// QueueTarget is the standing queue the controller tolerates on a link before
+	// moving traffic off it. Default DefaultQueueTarget.
+	QueueTarget time.Duration
+}
+
+const (
+	// StartRate is the rate assumed for a link before anything is known about it.
+	StartRate = 1e6
+	// DefaultQueueTarget: a few milliseconds, well above the jitter that survives the
+	// period minimum, well below what interactive traffic notices.
+	DefaultQueueTarget = 5 * time.Millisecond
+	// MinRate keeps a working link in the schedule however slow it measured.
+	MinRate = 64e3
+
+	// startupCeiling bounds a startup doubling to this multiple of what the link was
+	// seen to deliver.
+	startupCeiling = 2.5
+	// probeGain is the rate's increase in the first period the link carries what it is
+	// given without a queue; every further such period in a row multiplies it by
+	// probeGrowth, up to maxProbeGain. Gentle first, so that links at their capacity do
+	// not overload each other in turn (each overload costs the whole bond a TCP
+	// backoff), then fast, so that a link whose capacity really grew (LTE) is followed
+	// within a second or two.
+	probeGain    = 0.01
+	probeGrowth  = 1.3
+	maxProbeGain = 0.25
+	// recoverGain is the increase per period back up to the capacity estimate (after a
+	// drain, or when load returns).
+	recoverGain = 0.25
+	// loadedFrac: a link counts as loaded (and so as able to tell whether it has room)
+	// when we sent it at least this fraction of its assumed rate.
+	loadedFrac = 0.8
+	// policedFrac: a loaded link that delivers less than this fraction of what it was
+	// sent, without a queue, is dropping rather than queueing.
+	policedFrac = 0.75
+	// probeCeiling bounds probing to this multiple of what the link was seen to deliver,
+	// so a link that is loaded only now and then does not drift upwards without limit.
+	probeCeiling = 1.5
+	// relativeQueue is how much more standing queue than the least-queued link (plus
+	// half the link's jitter) marks a link as the saturated one.
+	relativeQueue = time.Millisecond
+	// drainSpan is the queue above the target at which the rate is halved: the rate
+	// drops linearly from the capacity at the target to half of it at target+drainSpan.
+	drainSpan = 100 * time.Millisecond
+)
+
+// Sample is what one feedback period showed about a link.
+type Sample struct {
+	// Interval is the length of the period, on the peer's clock.
+	Interval time.Duration
+	// Delivered is how many bytes the peer received on the link in the period.
+	Delivered uint64
+	// Sent is how many bytes we sent on the link over the same period (as near as our
+	// clock can tell).
+	Sent uint64
+	// Queue is the link's queueing delay: the period's smallest one-way delay minus
+	// the link's floor. Meaningful only if HaveQueue.
+	Queue     time.Duration
+	HaveQueue bool
+	// LeastQueue is the smallest queue among all the session's links that carried
+	// traffic in the period (this one included). A queue every link has is the
+	// sender's doing (a TCP filling the bond), not a wrong split: moving traffic
+	// between links cannot drain it, so only the excess over LeastQueue moves traffic.
+	LeastQueue time.Duration
+	// Blocked reports that our own writes to the link stalled in the period: its
+	// queue is local (the uplink's qdisc is full and pushes back on the socket), so
+	// the peer sees no queueing delay, yet the link is saturated all the same.
+	Blocked bool
+	// Jitter is the link's usual spread of one-way delay within a period (smoothed),
+	// which a queue must exceed before it counts against the link.
+	Jitter time.Duration
+}
+
+// Phase names what the controller did with the last sample (for metrics and logs).
+type Phase uint8
+
+const (
+	PhaseStart   Phase = iota // startup: no limit seen yet, the rate doubles while loaded
+	PhaseIdle                 // the link carried less than it could: nothing learned about its limit
+	PhaseProbing              // loaded and no queue: the rate creeps up
+	PhaseDrain                // a standing queue: capacity measured, rate below it
+)
+
+func (p Phase) String() string {
+	return [...]string{"start", "idle", "probing", "drain"}[p]
+}
+
+// Estimator is one link's capacity estimate and scheduler rate.
+type Estimator struct {
+	cfg     Config
+	startup bool // no prior, no queue seen yet: double while loaded
+	streak  int  // periods in a row spent probing
+	// aboveLast: the previous period's queue was clearly above the least-queued link's.
+	aboveLast bool
+	kf        kalman
+	rate      float64
+	phase     Phase
+	queue     time.Duration
+}
+
+// New returns an estimator at the configured prior (or DefaultRate).
+func New(cfg Config) *Estimator {
+	if cfg.QueueTarget <= 0 {
+		cfg.QueueTarget = DefaultQueueTarget
+	}
+	e := &Estimator{cfg: cfg, rate: StartRate, startup: true}
+	if cfg.Prior > 0 {
+		e.kf.prior(cfg.Prior)
+		e.rate, e.startup = cfg.Prior, false
+	}
+	e.rate = e.clamp(e.rate)
+	return e
+}
+
+// SetPrior changes the prior and the cap (the headend learns the CPE's downstream
+// rates after its links exist). A prior only moves a link that has measured nothing
+// yet; the cap applies at once.
+func (e *Estimator) SetPrior(prior, limit float64) {
+	e.cfg.Prior, e.cfg.Cap = prior, limit
+	if e.startup && !e.kf.valid() && prior > 0 {
+		e.kf.prior(prior)
+		e.rate, e.startup = prior, false
+	}
+	e.rate = e.clamp(e.rate)
+	if e.kf.valid() && limit > 0 {
+		e.kf.x = math.Min(e.kf.x, limit)
+	}
+}
+
+// Rate is the rate the scheduler should assume for the link, bits/s.
+func (e *Estimator) Rate() float64 { return e.rate }
+
+// Capacity is the filtered capacity estimate, bits/s (0 until measured or given).
+func (e *Estimator) Capacity() float64 { return e.clamp0(e.kf.x) }
+
+// Queue is the last queueing delay seen.
+func (e *Estimator) Queue() time.Duration { return e.queue }
+
+// Phase is what the controller did last.
+func (e *Estimator) Phase() Phase { return e.phase }
+
+// Update folds in one period's sample and adjusts the rate.
+func (e *Estimator) Update(s Sample) {
+	if s.Interval <= 0 {
+		return
+	}
+	secs := s.Interval.Seconds()
+	delivered := float64(s.Delivered) * 8 / secs
+	sent := float64(s.Sent) * 8 / secs
+	switch {
+	case s.HaveQueue:
+		e.queue = max(0, s.Queue)
+	case s.Delivered == 0:
+		e.queue = 0 // nothing arrived, so nothing waited
+	}
+	streak := e.streak
+	e.streak = 0
+	switch {
+	case e.saturated(s) && s.Delivered > 0:
+		// Standing queue: the bottleneck never idled, so it delivered its capacity.
+		e.phase, e.startup = PhaseDrain, false
+		e.kf.update(delivered)
+		e.rate = e.kf.x * drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue))
+	case sent >= loadedFrac*e.rate && delivered < policedFrac*sent:
+		// Loaded, no queue, yet much of it vanished: a policer (or a shallow buffer)
+		// that drops instead of queueing. What got through is the capacity.
+		e.phase, e.startup = PhaseDrain, false
+		e.kf.update(delivered)
+		e.rate = e.kf.x
+	case sent >= loadedFrac*e.rate:
+		// It took what it was given without queueing: it has room, or at least this.
+		e.phase = PhaseProbing
+		e.kf.raise(delivered)
+		if e.startup {
+			e.phase = PhaseStart
+			e.rate = math.Min(2*e.rate, startupCeiling*delivered)
+		} else if e.rate < e.kf.x {
+			e.rate = math.Min(e.kf.x, math.Max(e.rate*(1+recoverGain), e.kf.x/2))
+		} else {
+			gain := math.Min(probeGain*math.Pow(probeGrowth, float64(streak)), maxProbeGain)
+			e.rate = math.Min(e.rate*(1+gain), probeCeiling*math.Max(e.kf.x, delivered))
+			e.streak = streak + 1
+		}
+	default:
+		// Application-limited: the link's limit was not reached, so keep what we know.
+		e.phase = PhaseIdle
+		e.kf.raise(delivered)
+		if e.kf.valid() {
+			e.rate = math.Max(e.rate, math.Min(e.kf.x, e.rate*(1+recoverGain)))
+		}
+	}
+	e.rate = e.clamp(e.rate)
+}
+
+// saturated tells whether the link's bottleneck was busy all period: its own writes
+// stalled on a full local queue, or the peer saw a standing queue, either above the
+// target or clearly above the least-queued link's (a link with a millisecond or two of
+// standing queue, where the others have none, is the one the sender is waiting for,
+// even if its buffer is too shallow ever to reach the target).
+func (e *Estimator) saturated(s Sample) bool {
+	if s.Blocked {
+		return true
+	}
+	if !s.HaveQueue {
+		return false
+	}
+	if e.queue > e.cfg.QueueTarget {
+		return true
+	}
+	// The relative sign must hold two periods running: one period's minimum on a
+	// jittery link can sit a millisecond above its floor by chance.
+	above := e.queue > s.LeastQueue+relativeQueue+s.Jitter/2
+	twice := above && e.aboveLast
+	e.aboveLast = above
+	return twice
+}
+
+// drainFactor is the fraction of capacity to assume for a link whose queue is excess
+// above the target (or above the least queue of the bond's links, if that is higher).
+func drainFactor(excess time.Duration) float64 {
+	return math.Min(1, math.Max(0.5, 1-0.5*float64(excess)/float64(drainSpan)))
+}
+
+func (e *Estimator) clamp(r float64) float64 {
+	if e.cfg.Cap > 0 {
+		r = math.Min(r, e.cfg.Cap)
+	}
+	return math.Max(r, MinRate)
+}
+
+func (e *Estimator) clamp0(r float64) float64 {
+	if r <= 0 {
+		return 0
+	}
+	return e.clamp(r)
+}

@@ -1,0 +1,186 @@
+package estimate
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// soho returns ADSL-, cable- and LTE-like upstreams (1, 10 and 15 Mbit/s).
+func soho() []*simLink {
+	return []*simLink{
+		{rate: 1e6, delay: 12 * time.Millisecond, buffer: 300 * time.Millisecond},
+		{rate: 10e6, delay: 6 * time.Millisecond, buffer: 100 * time.Millisecond},
+		{rate: 15e6, delay: 22 * time.Millisecond, buffer: 120 * time.Millisecond},
+	}
+}
+
+func capacityShares(links []*simLink) []float64 {
+	var total float64
+	for _, l := range links {
+		total += l.rate
+	}
+	out := make([]float64, len(links))
+	for i, l := range links {
+		out[i] = l.rate / total
+	}
+	return out
+}
+
+// settleTolerance is how close (in share of the traffic) every link's share must be to
+// its capacity share, in every 1-s window from then on, for the split to count as
+// converged; the lab uses the same.
+const settleTolerance = 0.10
+
+// baselineSum is the sum of what the simulated sender gets over each link alone.
+func baselineSum(links []*simLink) float64 {
+	var sum float64
+	for _, l := range links {
+		sum += baseline(*l, 5*time.Second, 20*time.Second)
+	}
+	return sum
+}
+
+// checkBond runs the bond for 30 s and checks the split converges to the capacities
+// within 5 s and the aggregate reaches ratio of the links' own baselines.
+func checkBond(t *testing.T, links []*simLink, cfg []Config, ratio float64) *sim {
+	t.Helper()
+	base := baselineSum(links)
+	s := newSim(links, cfg)
+	s.run(30 * time.Second)
+	want := capacityShares(links)
+	at := s.splitSettledAt(0, time.Second, want, settleTolerance)
+	split, _ := s.split(10*time.Second, 30*time.Second)
+	_, rate := s.delivered(10*time.Second, 30*time.Second)
+	t.Logf("split %.3f (capacities %.3f) settled at %v; aggregate %.2f Mbit/s = %.2f of the baselines' sum %.2f",
+		split, want, at, rate/1e6, rate/base, base/1e6)
+	if at < 0 || at > 5*time.Second {
+		t.Errorf("split did not settle within 5 s of start (settled at %v)", at)
+	}
+	for i := range want {
+		if math.Abs(split[i]-want[i]) > 0.03 {
+			t.Errorf("link %d carried %.3f of the traffic over 10-30 s, its capacity share is %.3f", i, split[i], want[i])
+		}
+	}
+	if rate < ratio*base {
+		t.Errorf("aggregate %.2f Mbit/s is %.2f of the baselines' sum, want at least %.2f", rate/1e6, rate/base, ratio)
+	}
+	return s
+}
+
+// With no configured rates, the split follows the links' capacities and the bond
+// carries nearly the sum of what each link carries alone.
+func TestSplitFollowsCapacityWithoutPriors(t *testing.T) {
+	links := soho()
+	s := checkBond(t, links, nil, 0.9)
+	for i, l := range links {
+		if c := s.est[i].Capacity(); math.Abs(c-l.rate)/l.rate > 0.2 {
+			t.Errorf("link %d capacity estimate %.2f Mbit/s, real %.2f", i, c/1e6, l.rate/1e6)
+		}
+	}
+}
+
+// Wrong priors (the cable's set ten times too high, the LTE's ten times too low) are
+// corrected by measurement.
+func TestWrongPriorsAreCorrected(t *testing.T) {
+	checkBond(t, soho(), []Config{{Prior: 1e6}, {Prior: 100e6}, {Prior: 1.5e6}}, 0.9)
+}
+
+// When a link's capacity doubles (LTE), probing finds the new capacity and the split
+// follows within 3 s.
+func TestSplitFollowsCapacityIncrease(t *testing.T) {
+	links := soho()
+	links[2].rate /= 2
+	s := newSim(links, nil)
+	s.run(15 * time.Second)
+	links[2].rate *= 2
+	s.run(15 * time.Second)
+	want := capacityShares(links)
+	at := s.splitSettledAt(15*time.Second, time.Second, want, settleTolerance)
+	split, _ := s.split(20*time.Second, 30*time.Second)
+	t.Logf("after the step up at 15 s: split %.3f (capacities %.3f), settled at %v", split, want, at)
+	if at < 0 || at-15*time.Second > 3*time.Second {
+		t.Errorf("split did not follow the capacity increase within 3 s (settled at %v, step at 15s)", at)
+	}
+}
+
+// Equal links share equally. (The simulated sender loses a little more to the bond
+// than to a single link: its buffer overflows on whichever link fills first; the
+// simulation gives 0.92-0.93, the lab measures the real thing.)
+func TestHomogeneousLinksShareEqually(t *testing.T) {
+	var links []*simLink
+	for range 3 {
+		links = append(links, &simLink{rate: 5e6, delay: 5 * time.Millisecond, buffer: 50 * time.Millisecond})
+	}
+	checkBond(t, links, nil, 0.9)
+}
+
+// When a link's capacity halves mid-transfer, the split follows within 2 s and the
+// aggregate recovers.
+func TestSplitFollowsRateStep(t *testing.T) {
+	links := soho()
+	s := newSim(links, nil)
+	s.run(15 * time.Second)
+	links[2].rate /= 2
+	s.run(15 * time.Second)
+	want := capacityShares(links)
+	at := s.splitSettledAt(15*time.Second, time.Second, want, settleTolerance)
+	split, _ := s.split(20*time.Second, 30*time.Second)
+	t.Logf("after the step at 15 s: split %.3f (capacities %.3f), settled at %v", split, want, at)
+	if at < 0 || at-15*time.Second > 2*time.Second {
+		t.Errorf("split did not follow the step within 2 s (settled at %v, step at 15s)", at)
+	}
+}
+
+// A link that is never loaded keeps its prior: light traffic teaches nothing about a
+// link's limit.
+func TestLightTrafficKeepsTheEstimate(t *testing.T) {
+	links := soho()
+	s := newSim(links, []Config{{Prior: 1e6}, {Prior: 10e6}, {Prior: 15e6}})
+	s.appLimit = 2e6
+	s.run(10 * time.Second)
+	for i, l := range links {
+		if c := s.est[i].Capacity(); math.Abs(c-l.rate)/l.rate > 0.1 {
+			t.Errorf("link %d capacity %.2f Mbit/s drifted from its prior %.2f under light load", i, c/1e6, l.rate/1e6)
+		}
+	}
+}
+
+// A cap is never exceeded, even by probing on a link faster than the cap.
+func TestCapBoundsRateAndCapacity(t *testing.T) {
+	links := soho()
+	s := newSim(links, []Config{{}, {Cap: 4e6}, {}})
+	s.run(20 * time.Second)
+	if r, c := s.est[1].Rate(), s.est[1].Capacity(); r > 4e6 || c > 4e6 {
+		t.Errorf("capped link: rate %.2f, capacity %.2f Mbit/s; cap 4", r/1e6, c/1e6)
+	}
+}
+
+// The filter averages noise on a steady link and jumps to a lasting new level.
+func TestKalmanSmoothsNoiseAndFollowsSteps(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var k kalman
+	for range 200 {
+		k.update(10e6 * (1 + 0.2*(rng.Float64()-0.5)))
+	}
+	if math.Abs(k.x-10e6) > 0.05*10e6 {
+		t.Errorf("noisy steady link: estimate %.2f Mbit/s, want 10 within 5%%", k.x/1e6)
+	}
+	for range 3 {
+		k.update(5e6 * (1 + 0.2*(rng.Float64()-0.5)))
+	}
+	if math.Abs(k.x-5e6) > 0.15*5e6 {
+		t.Errorf("three samples after a step to 5 Mbit/s the estimate is %.2f", k.x/1e6)
+	}
+}
+
+// Samples that say nothing (no time passed, no data) change nothing.
+func TestEmptySamplesAreIgnored(t *testing.T) {
+	e := New(Config{Prior: 8e6})
+	e.Update(Sample{})
+	e.Update(Sample{Interval: simPeriod})
+	if e.Rate() != 8e6 || e.Capacity() != 8e6 {
+		t.Errorf("rate %.0f capacity %.0f after empty samples, want the prior 8e6", e.Rate(), e.Capacity())
+	}
+}

@@ -1,0 +1,88 @@
+package estimate
+
+import "math"
+
+// kalman is a scalar Kalman filter for a link's capacity, in bits per second.
+//
+// Why a Kalman filter and not a fixed moving average: the right amount of smoothing
+// differs by link and over time. A DSL line's delivery rate at saturation is nearly
+// constant and should be believed at once; an LTE bearer's swings by half within a
+// second and single samples are noisy. The filter weighs each sample by how noisy the
+// link has recently been (the measurement variance is learned from the innovations)
+// against how far the capacity may have wandered since the last sample (process noise
+// proportional to the estimate). A step detector on top handles the case a plain
+// filter is slow at: a real, lasting change of capacity (a rate step, a handover). Two
+// consecutive samples more than two standard deviations away on the same side reset
+// the filter's confidence, so it moves to the new level within two samples instead of
+// creeping towards it.
+type kalman struct {
+	x, p    float64 // estimate and its variance
+	r       float64 // learned measurement variance (EWMA of squared innovations)
+	outside int     // the last sample was beyond 2σ: >0 above, <0 below
+}
+
+const (
+	// processFrac is how much of its value the capacity may drift per sample (1σ).
+	processFrac = 0.05
+	// minNoiseFrac keeps the measurement variance from collapsing to zero on a
+	// perfectly clean link (which would make the filter deaf to later changes).
+	minNoiseFrac = 0.02
+	// noiseMemory is the EWMA weight of a new squared innovation in r.
+	noiseMemory = 0.1
+)
+
+func (k *kalman) valid() bool { return k.x > 0 }
+
+// reset starts the filter at x with no confidence in it.
+func (k *kalman) reset(x float64) {
+	k.x, k.p, k.r, k.outside = x, x*x, (minNoiseFrac*x)*(minNoiseFrac*x), 0
+}
+
+// prior starts the filter at a configured value, trusted like a noisy sample.
+func (k *kalman) prior(x float64) {
+	k.reset(x)
+	k.p = (0.5 * x) * (0.5 * x)
+}
+
+// update folds in one capacity measurement z.
+func (k *kalman) update(z float64) {
+	if !k.valid() {
+		k.reset(z)
+		return
+	}
+	q := processFrac * k.x
+	k.p += q * q
+	y := z - k.x
+	r := math.Max(k.r, (minNoiseFrac*k.x)*(minNoiseFrac*k.x))
+	if s := k.p + r; y*y > 4*s {
+		switch {
+		case y > 0 && k.outside > 0, y < 0 && k.outside < 0:
+			// The second far sample on the same side: the capacity has changed.
+			k.p = y * y
+		case y > 0:
+			k.outside = 1
+		default:
+			k.outside = -1
+		}
+	} else {
+		k.outside = 0
+		// Only ordinary samples teach the noise level: an outlier (or the first
+		// sample of a step) would otherwise make the next one look ordinary.
+		k.r += noiseMemory * (y*y - k.r)
+	}
+	gain := k.p / (k.p + r)
+	k.x += gain * y
+	k.p *= 1 - gain
+}
+
+// raise lifts the estimate to at least z: the link was seen delivering z without a
+// queue, so its capacity is at least that.
+func (k *kalman) raise(z float64) {
+	if z > k.x {
+		if !k.valid() {
+			k.reset(z)
+			return
+		}
+		k.x = z
+	}
+}
