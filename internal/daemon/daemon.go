@@ -115,6 +115,9 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	if err != nil {
 		return err
 	}
+	if err := watchUplinks(ctx, log, m, cpe, cfg.Uplinks); err != nil {
+		log.Warn("not watching the uplinks: a dead uplink leaves the bond only when its probes go unanswered, and an address change is not followed", "err", err)
+	}
 	log.Info("cpe running", "tunnel", dev.Name(), "mtu", mtu, "headend", endpoint, "uplinks", len(uplinks))
 	return cpe.Run(ctx)
 }
@@ -204,6 +207,7 @@ func sessionConfig(peer string, r config.Reorder, p config.Probe) tunnel.Session
 	return tunnel.SessionConfig{
 		Peer: peer, MaxHold: r.MaxHold, MaxBuffer: int(r.MaxBuffer),
 		Probe: p.Interval, DownAfter: p.DownAfter,
+		AQMTarget: tunnel.DefaultAQMTarget,
 	}
 }
 

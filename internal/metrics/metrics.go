@@ -22,18 +22,20 @@ import (
 type Set struct {
 	Registry *prometheus.Registry
 
-	LinkTxBytes   *prometheus.CounterVec
-	LinkTxPackets *prometheus.CounterVec
-	LinkRxBytes   *prometheus.CounterVec
-	LinkRxPackets *prometheus.CounterVec
-	LinkLost      *prometheus.CounterVec
-	LinkRTT       *prometheus.GaugeVec
-	LinkLoss      *prometheus.GaugeVec
-	LinkRate      *prometheus.GaugeVec
-	LinkRatePrior *prometheus.GaugeVec
-	LinkUp        *prometheus.GaugeVec
-	LinkSuspect   *prometheus.GaugeVec
-	LinkDuplicate *prometheus.CounterVec
+	LinkTxBytes    *prometheus.CounterVec
+	LinkTxPackets  *prometheus.CounterVec
+	LinkRxBytes    *prometheus.CounterVec
+	LinkRxPackets  *prometheus.CounterVec
+	LinkLost       *prometheus.CounterVec
+	LinkRTT        *prometheus.GaugeVec
+	LinkLoss       *prometheus.GaugeVec
+	LinkRate       *prometheus.GaugeVec
+	LinkRatePrior  *prometheus.GaugeVec
+	LinkUp         *prometheus.GaugeVec
+	LinkSuspect    *prometheus.GaugeVec
+	LinkDuplicate  *prometheus.CounterVec
+	LinkCapacity   *prometheus.GaugeVec
+	LinkQueueDelay *prometheus.GaugeVec
 
 	Sessions       prometheus.Gauge
 	Handshakes     *prometheus.CounterVec
@@ -43,27 +45,34 @@ type Set struct {
 	Duplicates     *prometheus.CounterVec
 	LatePackets    *prometheus.CounterVec
 	ReorderSkips   *prometheus.CounterVec
+	AQMDrops       *prometheus.CounterVec
 	Drops          *prometheus.CounterVec
 	TunnelTxPacket *prometheus.CounterVec
+
+	LossNoticeSent     *prometheus.CounterVec
+	LossNoticeReceived *prometheus.CounterVec
+	UplinkEvents       *prometheus.CounterVec
 }
 
 // New creates and registers the metric set, including build info and Go runtime metrics.
 func New() *Set {
 	linkLabels := []string{"peer", "link"}
 	s := &Set{
-		Registry:      prometheus.NewRegistry(),
-		LinkTxBytes:   counterVec("link_transmit_bytes_total", "Bytes sent on a link, outer headers included.", linkLabels),
-		LinkTxPackets: counterVec("link_transmit_packets_total", "Packets sent on a link (data and control).", linkLabels),
-		LinkRxBytes:   counterVec("link_receive_bytes_total", "Authenticated bytes received on a link, outer headers included.", linkLabels),
-		LinkRxPackets: counterVec("link_receive_packets_total", "Authenticated packets received on a link.", linkLabels),
-		LinkLost:      counterVec("link_lost_packets_total", "Data packets lost on a link, from gaps in its link sequence.", linkLabels),
-		LinkRTT:       gaugeVec("link_rtt_seconds", "Smoothed round-trip time of a link, from probes.", linkLabels),
-		LinkLoss:      gaugeVec("link_loss_ratio", "Recent loss ratio of a link as reported by the peer.", linkLabels),
-		LinkRate:      gaugeVec("link_delivery_rate_bits_per_second", "Measured delivery rate of a link towards the peer.", linkLabels),
-		LinkRatePrior: gaugeVec("link_scheduler_rate_bits_per_second", "Rate the scheduler currently assumes for a link.", linkLabels),
-		LinkUp:        gaugeVec("link_up", "1 when the link is in the schedule (up, or suspect), else 0.", linkLabels),
-		LinkSuspect:   gaugeVec("link_suspect", "1 while a link's probe replies have stopped but it is not yet down: its traffic is also copied to another link.", linkLabels),
-		LinkDuplicate: counterVec("link_redundant_packets_total", "Redundant copies sent on a link for another link in doubt.", linkLabels),
+		Registry:       prometheus.NewRegistry(),
+		LinkTxBytes:    counterVec("link_transmit_bytes_total", "Bytes sent on a link, outer headers included.", linkLabels),
+		LinkTxPackets:  counterVec("link_transmit_packets_total", "Packets sent on a link (data and control).", linkLabels),
+		LinkRxBytes:    counterVec("link_receive_bytes_total", "Authenticated bytes received on a link, outer headers included.", linkLabels),
+		LinkRxPackets:  counterVec("link_receive_packets_total", "Authenticated packets received on a link.", linkLabels),
+		LinkLost:       counterVec("link_lost_packets_total", "Data packets lost on a link, from gaps in its link sequence.", linkLabels),
+		LinkRTT:        gaugeVec("link_rtt_seconds", "Smoothed round-trip time of a link, from probes.", linkLabels),
+		LinkLoss:       gaugeVec("link_loss_ratio", "Recent loss ratio of a link as reported by the peer.", linkLabels),
+		LinkRate:       gaugeVec("link_delivery_rate_bits_per_second", "Measured delivery rate of a link towards the peer.", linkLabels),
+		LinkRatePrior:  gaugeVec("link_scheduler_rate_bits_per_second", "Rate the scheduler currently assumes for a link.", linkLabels),
+		LinkUp:         gaugeVec("link_up", "1 when the link is in the schedule (up, or suspect), else 0.", linkLabels),
+		LinkSuspect:    gaugeVec("link_suspect", "1 while a link's probe replies have stopped but it is not yet down: its traffic is also copied to another link.", linkLabels),
+		LinkDuplicate:  counterVec("link_redundant_packets_total", "Redundant copies sent on a link for another link in doubt.", linkLabels),
+		LinkCapacity:   gaugeVec("link_capacity_bits_per_second", "Estimated capacity of a link towards the peer: its delivery rate while queueing, Kalman-filtered (0 until measured or configured).", linkLabels),
+		LinkQueueDelay: gaugeVec("link_queue_delay_seconds", "Queueing delay of a link towards the peer: the last report period's smallest one-way delay above the link's floor.", linkLabels),
 		Sessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "aggd", Name: "sessions", Help: "Established sessions.",
 		}),
@@ -73,10 +82,14 @@ func New() *Set {
 		Duplicates:     counterVec("reorder_duplicate_packets_total", "Duplicate packets dropped by the resequencer.", []string{"peer"}),
 		LatePackets:    counterVec("reorder_late_packets_total", "Packets that arrived after the resequencer had given up on them.", []string{"peer"}),
 		ReorderSkips:   counterVec("reorder_overflow_skips_total", "Gaps skipped because the reorder buffer reached its memory cap.", []string{"peer"}),
+		AQMDrops:       counterVec("aqm_drops_total", "Packets dropped at the bond's entry because every link carrying traffic kept a standing queue above the target (CoDel), so that senders slow down.", []string{"peer"}),
 		Drops:          counterVec("drops_total", "Received packets dropped, by reason.", []string{"reason"}),
 		TunnelTxPacket: counterVec("tunnel_transmit_packets_total", "Inner packets taken from the tunnel interface, by outcome.", []string{"outcome"}),
 		ReorderHold:    counterVec("reorder_hold_seconds_total", "Total time held packets waited in the resequencer (divide by reorder_held_packets_total for the mean).", []string{"peer"}),
 	}
+	s.LossNoticeSent = counterVec("loss_notice_sent_sequences_total", "Sequence numbers named in loss notices sent to the peer because a link went down with them in flight (each notice is sent twice; both count).", []string{"peer"})
+	s.LossNoticeReceived = counterVec("loss_notice_received_sequences_total", "Sequence numbers named in loss notices received from the peer (repeats included).", []string{"peer"})
+	s.UplinkEvents = counterVec("uplink_events_total", "Changes netlink reported on the CPE's uplinks, by kind (carrier_lost, carrier_back, address_added, address_removed, route_changed).", []string{"link", "kind"})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "aggd", Name: "build_info", Help: "Build information; the value is always 1.",
 	}, []string{"version", "goversion"})
@@ -85,8 +98,10 @@ func New() *Set {
 	s.Registry.MustRegister(
 		s.LinkTxBytes, s.LinkTxPackets, s.LinkRxBytes, s.LinkRxPackets, s.LinkLost,
 		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkDuplicate,
+		s.LinkCapacity, s.LinkQueueDelay,
 		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderLost,
-		s.Duplicates, s.LatePackets, s.ReorderSkips, s.Drops, s.TunnelTxPacket, build,
+		s.Duplicates, s.LatePackets, s.ReorderSkips, s.AQMDrops, s.Drops, s.TunnelTxPacket, build,
+		s.LossNoticeSent, s.LossNoticeReceived, s.UplinkEvents,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -57,7 +56,7 @@ type CPE struct {
 	macH auth.Key // tags our handshake messages (the headend's mac key)
 	macL auth.Key // verifies the headend's replies (our own mac key)
 
-	conns []*net.UDPConn // one per uplink, index = link id
+	conns []*uplinkConn // one per uplink, index = link id (uplinkevents.go)
 
 	localIndex uint32
 	session    atomic.Pointer[Session]
@@ -86,7 +85,7 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 			c.closeConns()
 			return nil, fmt.Errorf("uplink %s: %w", u.Spec.Name, err)
 		}
-		c.conns = append(c.conns, conn)
+		c.conns = append(c.conns, newUplinkConn(conn))
 	}
 	return c, nil
 }
@@ -136,8 +135,8 @@ func (c *CPE) route(buf []byte) bool {
 }
 
 func (c *CPE) closeConns() {
-	for _, conn := range c.conns {
-		conn.Close()
+	for _, u := range c.conns {
+		u.get().Close()
 	}
 }
 
@@ -165,7 +164,8 @@ func (c *CPE) maybeHandshake(now time.Time) {
 	body := wire.HandshakeBody{SenderIndex: c.localIndex, Noise: msg}.Append(nil)
 	// The same INIT goes out on every uplink: whichever reaches the headend first wins
 	// (the others are rejected there as replays), so one working link suffices.
-	for i, conn := range c.conns {
+	for i, u := range c.conns {
+		conn := u.get()
 		pkt := make([]byte, wire.HeaderLen+len(body))
 		h := wire.Header{Type: wire.TypeHandshakeInit, LinkID: c.cfg.Uplinks[i].Spec.ID, KeyID: c.pendingID, Timestamp: clock.Micros32(clock.Nanos())}
 		h.Put(pkt)
@@ -176,10 +176,6 @@ func (c *CPE) maybeHandshake(now time.Time) {
 		}
 	}
 	c.log.Debug("handshake init sent", "key_id", c.pendingID)
-}
-
-func (c *CPE) readUplink(ctx context.Context, id int) {
-	readLoop(ctx, c.conns[id], c.log.With("link", c.cfg.Uplinks[id].Spec.Name), c.onDatagram)
 }
 
 func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort) {
@@ -273,12 +269,15 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 		conn := c.conns[i]
 		ep := c.cfg.Endpoint
 		spec := u.Spec
-		spec.Local, spec.Interface = localAddrPort(conn), u.Interface
+		spec.Local, spec.Interface = localAddrPort(conn.get()), u.Interface
 		l := s.addLink(spec, func(_ *link, b []byte) error {
-			_, err := conn.WriteToUDPAddrPort(b, ep)
+			_, err := conn.get().WriteToUDPAddrPort(b, ep)
 			return err
 		})
 		l.remote.Store(&ep)
+		if offline, cause := conn.offline(); offline {
+			s.setLinkOffline(spec.ID, true, cause)
+		}
 	}
 	return s
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/aggd/aggd/internal/estimate"
 	"github.com/aggd/aggd/internal/sched"
 	"github.com/aggd/aggd/internal/wire"
 )
@@ -27,10 +28,6 @@ type LinkSpec struct {
 	Local     netip.AddrPort
 	Interface string
 }
-
-// defaultRate is what the scheduler assumes for a link with no prior and no measurement
-// yet. It only decides the very first packets: the measured delivery rate replaces it.
-const defaultRate = 50e6
 
 // link is one path of a session: our uplink (CPE) or the CPE's uplink as seen from the
 // headend. It carries the transmit counters, the receive accounting the peer wants in
@@ -59,6 +56,13 @@ type link struct {
 	prevReport wire.LinkReport
 	prevAt     time.Time
 	peerPrior  float64 // rate prior the peer announced for its receive direction
+	peerTime   uint32  // the peer's timestamp (µs) on its previous FEEDBACK
+	sentAt     uint64  // txData at the previous FEEDBACK
+	// est turns the peer's reports into the rate the scheduler assumes (capacity,
+	// queueing control); the configured rates are its prior and cap.
+	est       *estimate.Estimator
+	loggedCap float64 // capacity estimate last logged
+	jitterUs  float64 // smoothed spread of one-way delay within a report period, µs
 	// Windowed minimum of the one-way delay the peer measures on this link (µs, with the
 	// clocks' offset, which is the same for every link and cancels in comparisons).
 	owdFloor     [2]int32
@@ -69,12 +73,31 @@ type link struct {
 	// packets, so it follows NAT rebinding).
 	remote atomic.Pointer[netip.AddrPort]
 
+	// sent maps recent link sequence numbers to global ones, for loss notices when the
+	// link goes down (lossnotice.go). offline: the CPE's uplink has lost carrier or its
+	// source address, so the link stays down whatever stray probe replies say; rebound:
+	// the address the uplink's socket was re-bound to when its address changed
+	// (uplinkevents.go).
+	sent    sentLog
+	offline atomic.Bool
+	rebound atomic.Pointer[netip.AddrPort]
+
+	// txData counts the data bytes sent on the link (outer headers included, as the
+	// peer counts them), by the daemon and the kernel alike: what we offered the link.
+	txData atomic.Uint64
+	// blockedNs adds up the time writes to the link stalled (its own qdisc was full
+	// and pushed back on the socket): the sign of a saturated link whose queue is
+	// local, so that the peer sees no queueing delay.
+	blockedNs atomic.Uint64
+	blockedAt uint64 // blockedNs at the previous FEEDBACK
+
 	m linkMetrics
 }
 
 type linkMetrics struct {
 	txBytes, txPackets, rxBytes, rxPackets, lost, dup prometheus.Counter
 	rtt, loss, rate, schedRate, up, suspect           prometheus.Gauge
+	capacity, queue                                   prometheus.Gauge
 }
 
 // rxAccount is what the receiver learns about a link from the data arriving on it.
@@ -256,11 +279,15 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// onFeedback turns the peer's cumulative counters for this link into a delivery rate
-// and a loss ratio.
-func (l *link) onFeedback(now time.Time, r wire.LinkReport) {
+// onFeedback turns the peer's cumulative counters for this link into a delivery rate,
+// a loss ratio and the link's one-way-delay floor, and returns the period as a sample
+// for the estimator (ok false for the first report, which has no period). peerTime is
+// the FEEDBACK's own timestamp, on the peer's clock, which times the period better than
+// our arrival times (feedback travels over whichever link is best at the moment).
+func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport) (smp estimate.Sample, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	sent := l.txData.Load()
 	if !l.prevAt.IsZero() {
 		dt := now.Sub(l.prevAt).Seconds()
 		dBytes := r.RxBytes - l.prevReport.RxBytes
@@ -276,8 +303,16 @@ func (l *link) onFeedback(now time.Time, r wire.LinkReport) {
 			l.peerLoss += (loss - l.peerLoss) / 4
 			l.m.loss.Set(l.peerLoss)
 		}
+		smp = estimate.Sample{
+			Interval:  time.Duration(peerTime-l.peerTime) * time.Microsecond,
+			Delivered: dBytes, Sent: sent - l.sentAt,
+			// Blocked for a tenth of the period: far more than scheduling hiccups.
+			Blocked: time.Duration(l.blockedNs.Load()-l.blockedAt) > time.Duration(peerTime-l.peerTime)*time.Microsecond/10,
+		}
+		ok = true
 	}
-	l.prevReport, l.prevAt = r, now
+	l.prevReport, l.prevAt, l.peerTime, l.sentAt = r, now, peerTime, sent
+	l.blockedAt = l.blockedNs.Load()
 	if r.OWDMinMicros != 0 {
 		// Two 10-second buckets: the floor follows a path that got longer within 20 s.
 		if now.Sub(l.owdFloorTurn) > 10*time.Second {
@@ -288,13 +323,48 @@ func (l *link) onFeedback(now time.Time, r wire.LinkReport) {
 		if !l.owdFloorSet[0] || r.OWDMinMicros < l.owdFloor[0] {
 			l.owdFloor[0], l.owdFloorSet[0] = r.OWDMinMicros, true
 		}
+		if ok { // owdMin is per report period: set only if data arrived in it
+			floor, _ := l.floorLocked()
+			smp.Queue = time.Duration(r.OWDMinMicros-floor) * time.Microsecond
+			spread := float64(max(0, r.OWDLastMicros-r.OWDMinMicros))
+			l.jitterUs += (spread - l.jitterUs) / 8
+			smp.Jitter = time.Duration(l.jitterUs) * time.Microsecond
+			smp.HaveQueue = true
+		}
+	}
+	return smp, ok
+}
+
+// estimate folds one period into the link's estimator, publishes the estimates, and
+// logs a capacity estimate that moved by a quarter or more since it was last logged.
+func (l *link) estimate(smp estimate.Sample) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.est.Update(smp)
+	c := l.est.Capacity()
+	l.log.Debug("estimate", "interval", smp.Interval, "delivered_mbit_s", round2(float64(smp.Delivered)*8/smp.Interval.Seconds()/1e6),
+		"sent_mbit_s", round2(float64(smp.Sent)*8/smp.Interval.Seconds()/1e6), "queue", smp.Queue, "have_queue", smp.HaveQueue,
+		"least_queue", smp.LeastQueue, "blocked", smp.Blocked, "phase", l.est.Phase(), "rate_mbit_s", round2(l.est.Rate()/1e6), "capacity_mbit_s", round2(c/1e6))
+	l.m.capacity.Set(c)
+	l.m.queue.Set(l.est.Queue().Seconds())
+	if c > 0 && (l.loggedCap == 0 || c > 1.25*l.loggedCap || c < 0.75*l.loggedCap) {
+		l.log.Info("link capacity estimate", "mbit_s", round2(c/1e6), "was_mbit_s", round2(l.loggedCap/1e6),
+			"queue", l.est.Queue().Round(time.Millisecond), "phase", l.est.Phase())
+		l.loggedCap = c
 	}
 }
+
+func round2(x float64) float64 { return float64(int64(x*100+0.5)) / 100 }
 
 // peerOWDFloor is the link's base one-way delay towards the peer, as the peer measures it.
 func (l *link) peerOWDFloor() (int32, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.floorLocked()
+}
+
+// floorLocked is peerOWDFloor for a caller that holds mu.
+func (l *link) floorLocked() (int32, bool) {
 	f, ok := l.owdFloor[0], l.owdFloorSet[0]
 	if l.owdFloorSet[1] && (!ok || l.owdFloor[1] < f) {
 		f, ok = l.owdFloor[1], true
@@ -309,19 +379,24 @@ func (l *link) setPeerPrior(rate float64, class sched.Class) {
 	defer l.mu.Unlock()
 	l.peerPrior = rate
 	l.spec.Class = class
+	l.est.SetPrior(l.prior())
+}
+
+// prior is the estimator's prior and cap: our configured rate, or the peer's announced
+// one, the lower if both. Caller holds mu.
+func (l *link) prior() (prior, limit float64) {
+	rate := l.spec.TxRate
+	if l.peerPrior > 0 && (rate == 0 || l.peerPrior < rate) {
+		rate = l.peerPrior
+	}
+	return rate, rate
 }
 
 // params is the link as the scheduler should see it now.
 func (l *link) params() sched.LinkParams {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	rate := l.spec.TxRate
-	if l.peerPrior > 0 && (rate == 0 || l.peerPrior < rate) {
-		rate = l.peerPrior
-	}
-	if rate == 0 {
-		rate = defaultRate
-	}
+	rate := l.est.Rate()
 	l.m.schedRate.Set(rate)
 	return sched.LinkParams{
 		ID: l.spec.ID, Usable: l.state.inSchedule(), Suspect: l.state == stateSuspect,

@@ -7,8 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aggd/aggd/internal/aqm"
 	"github.com/aggd/aggd/internal/auth"
 	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/estimate"
 	"github.com/aggd/aggd/internal/metrics"
 	"github.com/aggd/aggd/internal/reseq"
 	"github.com/aggd/aggd/internal/sched"
@@ -22,6 +24,9 @@ type SessionConfig struct {
 	MaxBuffer int
 	Probe     time.Duration // probe and feedback interval
 	DownAfter time.Duration // a link with no probe reply for this long leaves the schedule
+	// AQMTarget, when set, is the standing queue (on every link carrying traffic)
+	// above which the bond drops at its entry, CoDel-style (internal/aqm).
+	AQMTarget time.Duration
 	// Keys, when set, is told every session's receive keys, so that the XDP shield can
 	// verify tags before the daemon sees the packets.
 	Keys KeyObserver
@@ -30,6 +35,19 @@ type SessionConfig struct {
 	FastPath FastPath
 	Routes   []netip.Prefix
 }
+
+// DefaultAQMTarget is the bond's standing-queue target: a few milliseconds above the
+// queue the estimators aim for, so that the split is settled by the estimators and only
+// a queue the sender keeps on every link is dropped against.
+const DefaultAQMTarget = 10 * time.Millisecond
+
+// sendStall is how long a write to a link's socket may take before the time counts as
+// blocked by a full local queue (an unblocked UDP write takes microseconds).
+const sendStall = 100 * time.Microsecond
+
+// aqmInterval is CoDel's interval: longer than the feedback period plus its way back,
+// so a queue is seen standing before it is acted on.
+const aqmInterval = 100 * time.Millisecond
 
 // KeyGeneration is one receive key generation of a session.
 type KeyGeneration struct {
@@ -62,6 +80,10 @@ type Session struct {
 	sched    *sched.Scheduler
 	txCtrl   atomic.Uint64
 	schedDue atomic.Bool
+	aqm      *aqm.Codel // nil: no dropping at the entry; guarded by txMu
+	// bondQueue is the least queueing delay (ns) among the links that carried traffic
+	// in the peer's last report period: the bond's standing queue.
+	bondQueue atomic.Int64
 
 	// Receive: the resequencer and its hold timer.
 	rxMu      sync.Mutex
@@ -69,6 +91,8 @@ type Session struct {
 	holdTimer *time.Timer
 	armedAt   int64
 	lastStats reseq.Stats
+
+	notices lossNotices // loss notices to repeat (lossnotice.go)
 
 	linksMu sync.RWMutex
 	links   map[uint8]*link
@@ -89,6 +113,9 @@ func newSession(cfg SessionConfig, m *metrics.Set, log *slog.Logger, localIndex 
 		closed: make(chan struct{}),
 	}
 	s.reseq.SetHold(int64(cfg.MaxHold))
+	if cfg.AQMTarget > 0 {
+		s.aqm = aqm.New(int64(cfg.AQMTarget), int64(aqmInterval))
+	}
 	if cfg.FastPath != nil {
 		s.fp = cfg.FastPath.OpenSession(localIndex, cfg.Routes)
 	}
@@ -114,8 +141,11 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 			rtt: s.m.LinkRTT.WithLabelValues(lbl...), loss: s.m.LinkLoss.WithLabelValues(lbl...),
 			rate: s.m.LinkRate.WithLabelValues(lbl...), schedRate: s.m.LinkRatePrior.WithLabelValues(lbl...),
 			up: s.m.LinkUp.WithLabelValues(lbl...), suspect: s.m.LinkSuspect.WithLabelValues(lbl...),
+			capacity: s.m.LinkCapacity.WithLabelValues(lbl...), queue: s.m.LinkQueueDelay.WithLabelValues(lbl...),
 		},
 	}
+	l.est = estimate.New(estimate.Config{})
+	l.est.SetPrior(l.prior())
 	l.setState(stateProbing)
 	s.links[spec.ID] = l
 	ids := make([]uint8, 0, len(s.links))
@@ -158,20 +188,25 @@ func (s *Session) SendData(buf []byte) bool {
 	now := clock.Nanos()
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
+	if s.aqm != nil && s.aqm.Drop(now, s.bondQueue.Load()) {
+		s.m.AQMDrops.WithLabelValues(s.cfg.Peer).Inc()
+		return true
+	}
 	primary, dup, hasDup, ok := s.sched.Pick(now, len(buf)+20+8)
 	if !ok {
 		return false
 	}
 	seq := s.takeSeq()
-	s.sendDataOn(primary, k, seq, 0, now, buf)
+	s.sendDataOn(primary, k, seq, 0, hasDup, now, buf)
 	if hasDup {
-		s.sendDataOn(dup, k, seq, wire.FlagDuplicate, now, buf)
+		s.sendDataOn(dup, k, seq, wire.FlagDuplicate, true, now, buf)
 	}
 	return true
 }
 
-// sendDataOn writes the header for one link into buf and sends it. Caller holds txMu.
-func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, now int64, buf []byte) {
+// sendDataOn writes the header for one link into buf and sends it; copied says the
+// packet also goes on another link (then no loss notice may name it). Caller holds txMu.
+func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copied bool, now int64, buf []byte) {
 	l := s.link(id)
 	if l == nil {
 		return
@@ -183,12 +218,20 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, now i
 	}
 	h.Put(buf)
 	auth.Seal(k.send, buf)
+	if !copied && s.fp == nil {
+		l.sent.record(h.LinkSeq, seq) // even if the send fails: then it surely never arrives
+	}
+	t0 := clock.Nanos()
 	if err := l.send(l, buf); err != nil {
 		s.log.Debug("send failed", "link", l.spec.Name, "err", err)
 		return
 	}
+	if d := clock.Nanos() - t0; d > int64(sendStall) {
+		l.blockedNs.Add(uint64(d))
+	}
 	l.m.txPackets.Inc()
 	l.m.txBytes.Add(float64(len(buf) + 28))
+	l.txData.Add(uint64(len(buf) + 28))
 	if flags&wire.FlagDuplicate != 0 {
 		l.m.dup.Inc()
 	}
@@ -265,7 +308,7 @@ func (s *Session) programFastPath(links []*link, params []sched.LinkParams) {
 	for i, l := range links {
 		p := params[i]
 		tl := TxLink{
-			ID: l.spec.ID, Local: l.spec.Local, Interface: l.spec.Interface,
+			ID: l.spec.ID, Local: l.local(), Interface: l.spec.Interface,
 			Usable: p.Usable, Suspect: p.Suspect, Class: uint8(p.Class),
 			RateBps: p.RateBps, BaseOWD: time.Duration(p.BaseOWD),
 		}
@@ -408,6 +451,9 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 		s.armHoldTimer(nanos)
 		s.rxMu.Unlock()
 	case wire.ProbeReplyBody:
+		if l.offline.Load() {
+			break // a reply that was on its way when the uplink went offline
+		}
 		rtt := time.Duration(clock.Micros32(clock.Nanos())-body.EchoTimestamp) * time.Microsecond
 		switch was := l.onReply(now, rtt); was {
 		case stateProbing, stateDown:
@@ -418,19 +464,10 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 			s.schedDue.Store(true)
 		}
 	case wire.FeedbackBody:
-		for _, r := range body.Links {
-			if fl := s.link(r.LinkID); fl != nil {
-				fl.onFeedback(now, r)
-			}
-		}
-		s.schedDue.Store(true)
+		s.onFeedback(now, h.Timestamp, body)
+		s.ackSent(body.Links)
 	case wire.LossNoticeBody:
-		s.rxMu.Lock()
-		for _, r := range body.Ranges {
-			s.reseq.Skip(r.Start, r.Count, s.deliver)
-		}
-		s.armHoldTimer(clock.Nanos())
-		s.rxMu.Unlock()
+		s.onLossNotice(body)
 	case wire.LinkParamsBody:
 		for _, p := range body.Links {
 			if pl := s.link(p.LinkID); pl != nil {
@@ -439,6 +476,37 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 		}
 		s.schedDue.Store(true)
 	}
+}
+
+// onFeedback hands each link its report, then the estimators their samples: together,
+// because each needs the least queue among all the links that carried traffic.
+func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackBody) {
+	type period struct {
+		l   *link
+		smp estimate.Sample
+	}
+	var periods []period
+	least := time.Duration(-1)
+	for _, r := range body.Links {
+		fl := s.link(r.LinkID)
+		if fl == nil {
+			continue
+		}
+		smp, ok := fl.onFeedback(now, peerTime, r)
+		if !ok {
+			continue
+		}
+		periods = append(periods, period{fl, smp})
+		if smp.HaveQueue && smp.Delivered > 0 && (least < 0 || smp.Queue < least) {
+			least = smp.Queue
+		}
+	}
+	for _, p := range periods {
+		p.smp.LeastQueue = max(least, 0)
+		p.l.estimate(p.smp)
+	}
+	s.bondQueue.Store(int64(max(least, 0)))
+	s.schedDue.Store(true)
 }
 
 // armHoldTimer makes sure the hold timer fires by the resequencer's next deadline.
@@ -469,6 +537,7 @@ func (s *Session) onHoldTimer() {
 func (s *Session) tick(now time.Time) {
 	links := s.allLinks()
 	var best *link
+	s.repeatLossNotices()
 	for _, l := range links {
 		s.sendProbe(l)
 		if state, changed := l.checkHealth(now, 3*s.cfg.Probe, s.cfg.DownAfter); changed {
@@ -476,7 +545,8 @@ func (s *Session) tick(now time.Time) {
 			case stateSuspect:
 				l.log.Warn("link suspect: probe replies stopped; copying its traffic to another link")
 			case stateDown:
-				l.log.Warn("link down: no probe reply", "after", s.cfg.DownAfter)
+				noticed := s.reassign(l)
+				l.log.Warn("link down", "cause", "no probe reply", "after", s.cfg.DownAfter, "loss_notice_seqs", noticed)
 			}
 			s.schedDue.Store(true)
 		}
@@ -507,6 +577,7 @@ func (s *Session) mergeFastRx(links []*link) {
 		if d, ok := sent[l.spec.ID]; ok {
 			l.m.txPackets.Add(float64(d.Packets))
 			l.m.txBytes.Add(float64(d.Bytes + 2*wire.HeaderLen*d.Packets)) // as sendDataOn counts
+			l.txData.Add(d.Bytes + 2*wire.HeaderLen*d.Packets)
 			l.m.dup.Add(float64(d.Copies))
 		}
 		if d, ok := delta[l.spec.ID]; ok {

@@ -3,10 +3,14 @@
 package e2e
 
 import (
+	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aggd/aggd/internal/testnet"
 )
 
 // goodputFloor is a loose sanity floor for a single TCP flow through the 100 Mbit/s
@@ -17,7 +21,26 @@ const goodputFloor = 20e6
 func TestSingleTCPFlowUsesAllLinks(t *testing.T) {
 	n := newTopology(t)
 	b := startBond(t, n)
+	singleFlowOverAllLinks(t, n, b, 0.03)
+}
+
+// Without configured rates, aggd measures the links: the single flow's split follows
+// their capacities (10/30/60 Mbit/s) to within 5 points of the packets.
+func TestSingleTCPFlowMeasuresTheLinks(t *testing.T) {
+	n := newTopology(t)
+	b := startBondWith(t, n, false)
+	singleFlowOverAllLinks(t, n, b, -1)
+}
+
+// singleFlowOverAllLinks runs one TCP flow each way and checks the goodput and each
+// link's share of the packets: at least minShare, or, if minShare < 0, within 5 points
+// of the link's share of the capacity.
+func singleFlowOverAllLinks(t *testing.T, n *testnet.Net, b *bond, minShare float64) {
 	startIperfServer(t, n)
+	var capacity float64
+	for _, r := range uplinkRates {
+		capacity += float64(r)
+	}
 
 	for _, dir := range []struct {
 		name    string
@@ -46,9 +69,16 @@ func TestSingleTCPFlowUsesAllLinks(t *testing.T) {
 			for link, v := range after {
 				share := (v - before[link]) / total
 				t.Logf("  link %s carried %.1f%% of the packets", link, 100*share)
-				// Every link must carry a real part of a flow that exceeds any one link.
-				if share < 0.03 {
-					t.Errorf("link %s carried only %.1f%% of the packets", link, 100*share)
+				if minShare >= 0 {
+					// Every link must carry a real part of a flow that exceeds any one link.
+					if share < minShare {
+						t.Errorf("link %s carried only %.1f%% of the packets", link, 100*share)
+					}
+					continue
+				}
+				want := float64(uplinkRates[linkIndex(t, link)]) / capacity
+				if math.Abs(share-want) > 0.05 {
+					t.Errorf("link %s carried %.1f%% of the packets, its share of the capacity is %.1f%%", link, 100*share, 100*want)
 				}
 			}
 		})
@@ -129,4 +159,18 @@ func (b *bond) linkTx(t testing.TB, ns, peer string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// linkIndex maps a link's metric label to its index in uplinkRates: the CPE names its
+// uplinks up1, up2, ...; the headend knows them as link0, link1, ...
+func linkIndex(t testing.TB, label string) int {
+	var k int
+	if _, err := fmt.Sscanf(label, "up%d", &k); err == nil {
+		return k - 1
+	}
+	if _, err := fmt.Sscanf(label, "link%d", &k); err == nil {
+		return k
+	}
+	t.Fatalf("link label %q is neither upK nor linkK", label)
+	return 0
 }

@@ -98,13 +98,21 @@ func buildTopology(t testing.TB, prefix string, shaped bool) *testnet.Net {
 // startBond writes keys and configs and starts aggd as headend and CPE. daemonArgs,
 // if any, are appended to both daemons' command lines (e.g. "--no-bpf").
 func startBond(t testing.TB, n *testnet.Net, daemonArgs ...string) *bond {
+	return startBondWith(t, n, true, daemonArgs...)
+}
+
+// startBondWith is startBond with a choice: withRates writes each uplink's real rate
+// into the CPE config as rate_up/rate_down (priors); without, aggd must measure them.
+func startBondWith(t testing.TB, n *testnet.Net, withRates bool, daemonArgs ...string) *bond {
 	dir := t.TempDir()
 	cpeKey, hubKey := writeKey(t, dir, "cpe.key"), writeKey(t, dir, "hub.key")
 	var ups strings.Builder
 	for i := range uplinkRates {
 		k := i + 1
-		fmt.Fprintf(&ups, "  - name: up%d\n    interface: up%d\n    rate_up: %dmbit\n    rate_down: %dmbit\n",
-			k, k, uplinkRates[i], uplinkRates[i])
+		fmt.Fprintf(&ups, "  - name: up%d\n    interface: up%d\n", k, k)
+		if withRates {
+			fmt.Fprintf(&ups, "    rate_up: %dmbit\n    rate_down: %dmbit\n", uplinkRates[i], uplinkRates[i])
+		}
 	}
 	writeFile(t, dir, "cpe.yaml", fmt.Sprintf(`private_key_file: %s
 headend:
@@ -138,6 +146,17 @@ log:
 	b.headend = n.Start("hub", filepath.Join(dir, "hub.log"), append([]string{aggdBinary, "headend", "--config", filepath.Join(dir, "hub.yaml")}, daemonArgs...)...)
 	b.cpe = n.Start("cpe", filepath.Join(dir, "cpe.log"), append([]string{aggdBinary, "cpe", "--config", filepath.Join(dir, "cpe.yaml")}, daemonArgs...)...)
 	t.Cleanup(func() {
+		// AGGD_E2E_KEEP_LOGS=dir keeps both daemons' whole logs there, per test.
+		if keep := os.Getenv("AGGD_E2E_KEEP_LOGS"); keep != "" {
+			dst := filepath.Join(keep, strings.ReplaceAll(t.Name(), "/", "_"))
+			if err := os.MkdirAll(dst, 0o755); err == nil {
+				for _, f := range []string{"cpe.log", "hub.log"} {
+					if data, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+						_ = os.WriteFile(filepath.Join(dst, f), data, 0o644)
+					}
+				}
+			}
+		}
 		if t.Failed() {
 			for _, f := range []string{"cpe.log", "hub.log"} {
 				data, _ := os.ReadFile(filepath.Join(dir, f))

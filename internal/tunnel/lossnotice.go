@@ -1,0 +1,213 @@
+package tunnel
+
+// Reassignment (docs/architecture.md §5). When a link goes down its share moves to the
+// other links through the scheduler; in addition the peer is told, in a LOSS_NOTICE,
+// which global sequence numbers sent on the dead link will never arrive, so that its
+// resequencer releases what it holds behind them at once instead of after the hold time.
+//
+// The sender knows which numbers those are from two things: a small log per link of
+// the global sequence number each recent data packet carried (sentLog, written as the
+// packet is sent), and the highest link sequence number the peer reported receiving on
+// the link (FEEDBACK). Every packet at or below that report arrived or was counted lost
+// by the peer already; the ones after it are the ones the notice names.
+//
+// Only down links get notices. A suspect link's packets have a redundant copy on
+// another link, which is why packets sent with a copy are never logged: the copy may
+// still arrive, and a notice must not make the peer give it up.
+//
+// With the kernel fast path the kernel takes link sequence numbers too and the log
+// would miss its packets, so sessions with a fast path send no notices (see
+// docs/fastpath.md, known problems); the peer's hold timer covers the gap as before.
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// sentLogSize is how many of a link's most recent logged packets the sender remembers:
+// more than a link carries between two feedback reports at gigabit rates (a notice
+// names only packets sent after the peer's last report).
+const sentLogSize = 4096
+
+// maxNoticeRanges is how many ranges one LOSS_NOTICE carries: 9 + 6×200 bytes of body,
+// with the aggd, UDP and IPv4 headers 1265 bytes, which fits the smallest MTU any
+// IPv6 path has (1280), so a notice is never lost to fragmentation.
+const maxNoticeRanges = 200
+
+// sentEntry is one logged data packet: the link and global sequence numbers it carried.
+type sentEntry struct{ linkSeq, seq uint32 }
+
+// sentLog is one link's record of recent data packets that had no redundant copy, in
+// the order they were sent, and how far the peer has reported receiving.
+type sentLog struct {
+	ring  []sentEntry // written under the session's txMu; allocated on first use
+	n     uint64      // entries ever written; the newest is at (n-1) % sentLogSize
+	acked atomic.Uint32
+}
+
+// record logs one data packet. Caller holds txMu. No allocation after the first call.
+func (g *sentLog) record(linkSeq, seq uint32) {
+	if g.ring == nil {
+		g.ring = make([]sentEntry, sentLogSize)
+	}
+	g.ring[g.n%sentLogSize] = sentEntry{linkSeq, seq}
+	g.n++
+}
+
+// ack raises the highest link sequence number the peer is known to have passed.
+// Reports can arrive out of order; an older one never lowers it.
+func (g *sentLog) ack(linkSeq uint32) {
+	for {
+		old := g.acked.Load()
+		if !wire.SeqAfter(linkSeq, old) || g.acked.CompareAndSwap(old, linkSeq) {
+			return
+		}
+	}
+}
+
+// takeUnacked returns the global sequence numbers of the logged packets sent after the
+// peer's last report, oldest first, and whether the log may have forgotten some (more
+// were sent since the report than it holds). It then counts everything up to last, the
+// link's newest sequence number, as passed, so that the same numbers are not named
+// again. Caller holds txMu.
+func (g *sentLog) takeUnacked(last uint32) (seqs []uint32, incomplete bool) {
+	acked := g.acked.Load()
+	held := min(g.n, sentLogSize)
+	k := uint64(0)
+	for k < held && wire.SeqAfter(g.ring[(g.n-1-k)%sentLogSize].linkSeq, acked) {
+		k++
+	}
+	if k == held && g.n > sentLogSize {
+		// Every entry is unacknowledged and older ones were overwritten: unless the
+		// oldest entry directly follows the report, some packets are not named.
+		incomplete = g.ring[(g.n-k)%sentLogSize].linkSeq != acked+1
+	}
+	seqs = make([]uint32, 0, k)
+	for i := k; i > 0; i-- {
+		seqs = append(seqs, g.ring[(g.n-i)%sentLogSize].seq)
+	}
+	g.ack(last)
+	return seqs, incomplete
+}
+
+// seqRanges merges sequence numbers, in sending order, into ranges of consecutive ones.
+func seqRanges(seqs []uint32) []wire.SeqRange {
+	var out []wire.SeqRange
+	for _, s := range seqs {
+		if n := len(out); n > 0 {
+			r := &out[n-1]
+			if r.Start+uint32(r.Count) == s && r.Count < 0xffff {
+				r.Count++
+				continue
+			}
+		}
+		out = append(out, wire.SeqRange{Start: s, Count: 1})
+	}
+	return out
+}
+
+// lossNotices is a session's notices waiting to be sent once more.
+type lossNotices struct {
+	mu     sync.Mutex
+	repeat []wire.SeqRange
+}
+
+// reassign is called when link l has just gone down: it tells the peer, on the best
+// link still up, which global sequence numbers sent on l will never arrive, and sends
+// the same notice again at the next tick in case this one is lost. It returns how many
+// sequence numbers the notice names.
+func (s *Session) reassign(l *link) int {
+	s.schedDue.Store(true) // the scheduler takes l out at once
+	if s.fp != nil {
+		return 0 // the kernel's packets are not in the log: see the top of this file
+	}
+	s.txMu.Lock()
+	seqs, incomplete := l.sent.takeUnacked(l.txLinkSeq)
+	s.txMu.Unlock()
+	if incomplete {
+		l.log.Warn("loss notice incomplete: more packets were in flight on the link than the sender logs; the peer's hold timer resolves the rest",
+			"logged", sentLogSize)
+	}
+	if len(seqs) == 0 {
+		return 0
+	}
+	ranges := seqRanges(seqs)
+	s.sendLossNotice(ranges)
+	s.notices.mu.Lock()
+	s.notices.repeat = append(s.notices.repeat, ranges...)
+	s.notices.mu.Unlock()
+	return len(seqs)
+}
+
+// repeatLossNotices sends the notices of the last tick once more. Resolving a number
+// twice is harmless at the peer (reseq.Skip ignores what is already resolved).
+func (s *Session) repeatLossNotices() {
+	s.notices.mu.Lock()
+	ranges := s.notices.repeat
+	s.notices.repeat = nil
+	s.notices.mu.Unlock()
+	if len(ranges) > 0 {
+		s.sendLossNotice(ranges)
+	}
+}
+
+// sendLossNotice sends ranges on the up link with the lowest RTT, in as many messages
+// as they need. With no link up there is nowhere to send them: the peer's hold timer
+// resolves the numbers.
+func (s *Session) sendLossNotice(ranges []wire.SeqRange) {
+	via := s.bestUpLink()
+	if via == nil {
+		return
+	}
+	n := 0
+	for len(ranges) > 0 {
+		chunk := ranges[:min(len(ranges), maxNoticeRanges)]
+		ranges = ranges[len(chunk):]
+		body := wire.LossNoticeBody{Counter: s.txCtrl.Add(1), Ranges: chunk}
+		s.sendControl(via, wire.TypeLossNotice, 0, 0, body.Append(nil))
+		n += rangeTotal(chunk)
+	}
+	s.m.LossNoticeSent.WithLabelValues(s.cfg.Peer).Add(float64(n))
+}
+
+// bestUpLink is the link in the schedule with the lowest RTT, nil if none is.
+func (s *Session) bestUpLink() *link {
+	var best *link
+	for _, l := range s.allLinks() {
+		if l.isUp() && (best == nil || l.rtt() < best.rtt()) {
+			best = l
+		}
+	}
+	return best
+}
+
+// ackSent records the highest link sequence numbers the peer reports receiving.
+func (s *Session) ackSent(reports []wire.LinkReport) {
+	for _, r := range reports {
+		if l := s.link(r.LinkID); l != nil {
+			l.sent.ack(r.HighestLinkSeq)
+		}
+	}
+}
+
+// onLossNotice resolves the sequence numbers the peer says will never arrive.
+func (s *Session) onLossNotice(body wire.LossNoticeBody) {
+	s.rxMu.Lock()
+	for _, r := range body.Ranges {
+		s.reseq.Skip(r.Start, r.Count, s.deliver)
+	}
+	s.armHoldTimer(clock.Nanos())
+	s.rxMu.Unlock()
+	s.m.LossNoticeReceived.WithLabelValues(s.cfg.Peer).Add(float64(rangeTotal(body.Ranges)))
+}
+
+func rangeTotal(ranges []wire.SeqRange) int {
+	n := 0
+	for _, r := range ranges {
+		n += int(r.Count)
+	}
+	return n
+}

@@ -1,0 +1,325 @@
+package tunnel
+
+import (
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/auth"
+	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/reseq"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// pipePair is two sessions wired back to back in memory, over two links, with a
+// virtual clock: datagrams queue up until the test pumps them, and a link can be cut.
+// Nothing depends on real time, so the tests can say exactly what the receiver knew.
+type pipePair struct {
+	t          *testing.T
+	tx, rx     *Session
+	txM, rxM   *metrics.Set
+	clk        time.Time
+	mu         sync.Mutex
+	queue      []queued
+	dead       [2]bool // per link id: drop everything sent on it, both ways
+	droppedTx  [2]int  // data packets of tx dropped on a dead link
+	delivered  []uint32
+	deliveredM sync.Mutex
+}
+
+type queued struct {
+	to  *Session
+	pkt []byte
+}
+
+func newPipePair(t *testing.T) *pipePair {
+	p := &pipePair{t: t, txM: metrics.New(), rxM: metrics.New(), clk: time.Unix(1000, 0)}
+	cfg := SessionConfig{
+		Peer: "peer", MaxHold: time.Hour, MaxBuffer: 4 << 20,
+		Probe: 20 * time.Millisecond, DownAfter: 500 * time.Millisecond,
+	}
+	p.tx = newSession(cfg, p.txM, discard, 1, func([]byte) {})
+	p.rx = newSession(cfg, p.rxM, discard, 2, func(b []byte) {
+		p.deliveredM.Lock()
+		p.delivered = append(p.delivered, packetID(b))
+		p.deliveredM.Unlock()
+	})
+	t.Cleanup(p.tx.close)
+	t.Cleanup(p.rx.close)
+	p.tx.peerIndex.Store(2)
+	p.rx.peerIndex.Store(1)
+	var a, b auth.Key
+	a[0], b[0] = 1, 2
+	p.tx.installKeys(&keyGen{id: 1, send: a, recv: b, created: time.Now()}, true)
+	p.rx.installKeys(&keyGen{id: 1, send: b, recv: a, created: time.Now()}, true)
+	for id := range uint8(2) {
+		spec := LinkSpec{ID: id, Name: []string{"up0", "up1"}[id], TxRate: linkRate, RxRate: linkRate}
+		p.tx.addLink(spec, p.sender(id, p.rx, true))
+		p.rx.addLink(spec, p.sender(id, p.tx, false))
+	}
+	return p
+}
+
+// sender is a link's send function: it queues the datagram for the other session.
+func (p *pipePair) sender(id uint8, to *Session, fromTx bool) func(*link, []byte) error {
+	return func(_ *link, pkt []byte) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.dead[id] {
+			if fromTx && isData(pkt) {
+				p.droppedTx[id]++
+			}
+			return nil
+		}
+		p.queue = append(p.queue, queued{to, append([]byte(nil), pkt...)})
+		return nil
+	}
+}
+
+// pump delivers everything queued, and whatever that makes the sessions send, in order.
+func (p *pipePair) pump() {
+	p.t.Helper()
+	for {
+		p.mu.Lock()
+		if len(p.queue) == 0 {
+			p.mu.Unlock()
+			return
+		}
+		q := p.queue[0]
+		p.queue = p.queue[1:]
+		p.mu.Unlock()
+		h, err := parseDatagram(q.pkt)
+		if err != nil {
+			p.t.Fatalf("a session sent a malformed datagram: %v", err)
+		}
+		if reason, ok := q.to.receive(&h, q.pkt, netip.AddrPort{}, p.clk); !ok {
+			p.t.Fatalf("%s datagram rejected: %v", h.Type, reason)
+		}
+	}
+}
+
+// step advances the virtual clock by d and runs the sender's periodic work.
+func (p *pipePair) step(d time.Duration) {
+	p.clk = p.clk.Add(d)
+	p.tx.tick(p.clk)
+	p.pump()
+}
+
+// send stripes n fresh packets from tx and returns their ids in sending order.
+func (p *pipePair) send(n int) []uint32 {
+	p.t.Helper()
+	var ids []uint32
+	for _, pkt := range packets(netip.MustParseAddr("100.64.0.2"), internet, n) {
+		buf := make([]byte, wire.HeaderLen+len(pkt))
+		copy(buf[wire.HeaderLen:], pkt)
+		if !p.tx.SendData(buf) {
+			p.t.Fatal("SendData found no usable link")
+		}
+		ids = append(ids, packetID(pkt))
+	}
+	return ids
+}
+
+// feedback makes the receiver report to the sender, as its tick would (the tick itself
+// would also adapt the hold time, which this test keeps at its cap).
+func (p *pipePair) feedback() {
+	links := p.rx.allLinks()
+	p.rx.sendFeedback(p.rx.link(0), links)
+	p.pump()
+}
+
+func (p *pipePair) stats() reseq.Stats {
+	p.rx.rxMu.Lock()
+	defer p.rx.rxMu.Unlock()
+	return p.rx.reseq.Stats()
+}
+
+func (p *pipePair) deliveredIDs() []uint32 {
+	p.deliveredM.Lock()
+	defer p.deliveredM.Unlock()
+	return append([]uint32(nil), p.delivered...)
+}
+
+// A link dies while carrying traffic. The receiver holds what arrives on the other link
+// behind the dead link's gaps, with a hold time of an hour; when the sender declares the
+// link down, its loss notice names exactly the packets lost on it, and the receiver
+// releases everything it held. The notice's repeat, and a third copy, change nothing.
+func TestLossNoticeReleasesHeldPackets(t *testing.T) {
+	p := newPipePair(t)
+	p.step(0) // probes, replies: both links up
+	for _, l := range p.tx.allLinks() {
+		if !l.isUp() {
+			t.Fatalf("link %s not up after a probe round", l.spec.Name)
+		}
+	}
+
+	// Both links carry traffic; the receiver reports what it got.
+	first := p.send(40)
+	p.pump()
+	p.feedback()
+	if got := p.deliveredIDs(); len(got) != len(first) {
+		t.Fatalf("before the failure: %d of %d packets delivered", len(got), len(first))
+	}
+
+	// Link 1 dies with packets on it: what link 0 carries after the first loss waits.
+	p.mu.Lock()
+	p.dead[1] = true
+	p.mu.Unlock()
+	second := p.send(40)
+	p.pump()
+	lost := p.droppedTx[1]
+	st := p.stats()
+	if lost == 0 || st.HeldPackets == 0 {
+		t.Fatalf("setup: link 1 lost %d packets and the receiver holds %d; the test needs both", lost, st.HeldPackets)
+	}
+
+	t.Logf("link 1 lost %d packets; the receiver holds %d behind them", lost, st.HeldPackets)
+
+	// Probe replies stop on link 1: suspect, then down after DownAfter; the notice goes
+	// on link 0 and is repeated one tick later.
+	for range 8 {
+		p.step(100 * time.Millisecond)
+	}
+	if p.tx.link(1).isUp() {
+		t.Fatal("link 1 still up after 800 ms without a probe reply")
+	}
+	st = p.stats()
+	if st.HeldPackets != 0 || st.NoticeSkips != uint64(lost) || st.TimeoutSkips != 0 || st.EvidenceSkips != 0 {
+		t.Fatalf("after the notice: held %d, notice skips %d (want %d lost on link 1), timeout skips %d, evidence skips %d",
+			st.HeldPackets, st.NoticeSkips, lost, st.TimeoutSkips, st.EvidenceSkips)
+	}
+	if sent, got := gauge(p.txM.LossNoticeSent.WithLabelValues("peer")), gauge(p.rxM.LossNoticeReceived.WithLabelValues("peer")); sent != float64(2*lost) || got != sent {
+		t.Fatalf("loss notice metrics: sent %v, received %v; want %d each (the notice and its repeat)", sent, got, 2*lost)
+	}
+	checkOrder(t, p.deliveredIDs(), append(first, second...), lost)
+
+	// A third copy of the notice (a late duplicate) resolves nothing new.
+	p.tx.txMu.Lock()
+	ranges := seqRanges(p.tx.link(1).sent.ringSeqs())
+	p.tx.txMu.Unlock()
+	p.rx.onLossNotice(wire.LossNoticeBody{Counter: 1 << 40, Ranges: ranges})
+	if again := p.stats(); again.Lost != st.Lost || again.Delivered != st.Delivered || again.HeldPackets != 0 {
+		t.Fatalf("a repeated notice changed the resequencer: before %+v, after %+v", st, again)
+	}
+
+	// Traffic goes on over link 0 alone, in order, nothing held.
+	third := p.send(20)
+	p.pump()
+	got := p.deliveredIDs()
+	if len(got) < len(third) || !equalIDs(got[len(got)-len(third):], third) {
+		t.Fatalf("after the failover the last %d packets delivered are not the %d sent", len(third), len(third))
+	}
+}
+
+// ringSeqs is every global sequence number the log holds, oldest first (for tests).
+func (g *sentLog) ringSeqs() []uint32 {
+	held := min(g.n, sentLogSize)
+	out := make([]uint32, 0, held)
+	for i := held; i > 0; i-- {
+		out = append(out, g.ring[(g.n-i)%sentLogSize].seq)
+	}
+	return out
+}
+
+// checkOrder checks that got is sent in order with exactly lost packets missing.
+func checkOrder(t *testing.T, got, sent []uint32, lost int) {
+	t.Helper()
+	if len(got) != len(sent)-lost {
+		t.Fatalf("delivered %d packets, want %d sent minus %d lost", len(got), len(sent), lost)
+	}
+	j := 0
+	for _, id := range got {
+		for j < len(sent) && sent[j] != id {
+			j++
+		}
+		if j == len(sent) {
+			t.Fatalf("packet %d delivered out of order or never sent", id)
+		}
+		j++
+	}
+}
+
+func equalIDs(a, b []uint32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// A suspect link's packets have a copy on another link: the log leaves them out, and a
+// link that goes down after them names none of them.
+func TestLossNoticeLeavesOutCopiedPackets(t *testing.T) {
+	p := newPipePair(t)
+	p.step(0)
+	p.mu.Lock()
+	p.dead[1] = true
+	p.mu.Unlock()
+	for range 2 { // link 1 suspect, not down
+		p.step(50 * time.Millisecond)
+	}
+	l := p.tx.link(1)
+	l.mu.Lock()
+	state := l.state
+	l.mu.Unlock()
+	if state != stateSuspect {
+		t.Fatalf("setup: link 1 is %v, want suspect", state)
+	}
+	p.send(40)
+	p.pump()
+	if n := p.tx.link(1).sent.n; n != 0 {
+		t.Fatalf("%d packets sent on suspect link 1 were logged for loss notices; their copies may arrive", n)
+	}
+	for range 8 {
+		p.step(100 * time.Millisecond)
+	}
+	if got := gauge(p.txM.LossNoticeSent.WithLabelValues("peer")); got != 0 {
+		t.Fatalf("the notice named %v sequence numbers; every packet on the link had a copy", got)
+	}
+	if st := p.stats(); st.HeldPackets != 0 || st.Lost != 0 {
+		t.Fatalf("receiver: %+v; the copies should have made every packet arrive", st)
+	}
+}
+
+// The log of sent packets: what follows the peer's report, oldest first, merged into
+// ranges; incomplete when more were sent since the report than it holds.
+func TestSentLog(t *testing.T) {
+	var g sentLog
+	for i := uint32(1); i <= 10; i++ {
+		g.record(i, 100+2*i) // link seq i carried global seq 100+2i
+	}
+	g.ack(7)
+	g.ack(3) // an older report changes nothing
+	seqs, incomplete := g.takeUnacked(10)
+	if want := []uint32{116, 118, 120}; !equalIDs(seqs, want) || incomplete {
+		t.Fatalf("after ack 7: %v (incomplete %v), want %v", seqs, incomplete, want)
+	}
+	if again, _ := g.takeUnacked(10); len(again) != 0 {
+		t.Fatalf("the same packets named twice: %v", again)
+	}
+
+	var big sentLog
+	for i := uint32(1); i <= sentLogSize+10; i++ {
+		big.record(i, 5000+i)
+	}
+	seqs, incomplete = big.takeUnacked(sentLogSize + 10)
+	if len(seqs) != sentLogSize || !incomplete {
+		t.Fatalf("overflowed log: %d numbers, incomplete %v; want %d and true", len(seqs), incomplete, sentLogSize)
+	}
+
+	r := seqRanges([]uint32{1, 2, 3, 7, 8, 0xffffffff, 0, 1})
+	want := []wire.SeqRange{{Start: 1, Count: 3}, {Start: 7, Count: 2}, {Start: 0xffffffff, Count: 3}}
+	if len(r) != len(want) {
+		t.Fatalf("ranges %v, want %v", r, want)
+	}
+	for i := range r {
+		if r[i] != want[i] {
+			t.Fatalf("ranges %v, want %v", r, want)
+		}
+	}
+}

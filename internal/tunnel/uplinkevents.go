@@ -1,0 +1,185 @@
+package tunnel
+
+// What the CPE does when its uplinks change under it (docs/architecture.md §6). The
+// daemon watches the uplinks with netlink (internal/netwatch) and tells the CPE:
+//
+//   - carrier lost, or the uplink's source address removed: the link is offline. It
+//     goes down at once, without waiting for probes to go unanswered, and the headend
+//     is sent a loss notice for what was in flight on it (lossnotice.go);
+//   - carrier back, source address back: the link is probed again, and the probes'
+//     replies bring it up;
+//   - a new address on an uplink whose source follows the interface: the uplink's
+//     socket is re-bound to it (same port). The session goes on; the headend follows
+//     the link's new address after the first authenticated packet from it.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+)
+
+// uplinkConn is one uplink's UDP socket. Re-binding swaps the socket while the send
+// path and the uplink's read loop keep going.
+type uplinkConn struct {
+	conn atomic.Pointer[net.UDPConn]
+
+	mu       sync.Mutex
+	replaced chan struct{} // closed when conn is swapped
+
+	// Why the uplink cannot carry traffic, if it cannot.
+	noCarrier atomic.Bool
+	noSource  atomic.Bool
+}
+
+func newUplinkConn(c *net.UDPConn) *uplinkConn {
+	u := &uplinkConn{replaced: make(chan struct{})}
+	u.conn.Store(c)
+	return u
+}
+
+// get is the uplink's current socket.
+func (u *uplinkConn) get() *net.UDPConn { return u.conn.Load() }
+
+// LocalAddr is the current socket's address.
+func (u *uplinkConn) LocalAddr() net.Addr { return u.get().LocalAddr() }
+
+// current returns the socket and a channel closed when it is replaced.
+func (u *uplinkConn) current() (*net.UDPConn, <-chan struct{}) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.get(), u.replaced
+}
+
+// swap installs a new socket and returns the old one, which the caller closes.
+func (u *uplinkConn) swap(c *net.UDPConn) *net.UDPConn {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	old := u.conn.Swap(c)
+	close(u.replaced)
+	u.replaced = make(chan struct{})
+	return old
+}
+
+// offline reports whether the uplink cannot carry traffic, and why.
+func (u *uplinkConn) offline() (bool, string) {
+	switch {
+	case u.noCarrier.Load():
+		return true, "carrier lost"
+	case u.noSource.Load():
+		return true, "source address removed"
+	}
+	return false, ""
+}
+
+// readUplink reads uplink id's socket until ctx ends, moving to the new socket when
+// the uplink is re-bound.
+func (c *CPE) readUplink(ctx context.Context, id int) {
+	log := c.log.With("link", c.cfg.Uplinks[id].Spec.Name)
+	for {
+		conn, replaced := c.conns[id].current()
+		readLoop(ctx, conn, log, c.onDatagram)
+		select {
+		case <-ctx.Done():
+			return
+		case <-replaced:
+		}
+	}
+}
+
+// UplinkCarrier tells the CPE that uplink id (its index in CPEConfig.Uplinks) lost
+// its carrier (up false) or has it again.
+func (c *CPE) UplinkCarrier(id int, up bool) {
+	c.conns[id].noCarrier.Store(!up)
+	c.applyUplinkState(id)
+}
+
+// UplinkSourcePresent tells the CPE whether uplink id's source address (UplinkSource)
+// is on its interface.
+func (c *CPE) UplinkSourcePresent(id int, present bool) {
+	c.conns[id].noSource.Store(!present)
+	c.applyUplinkState(id)
+}
+
+// UplinkSource is the address uplink id's socket is bound to.
+func (c *CPE) UplinkSource(id int) netip.Addr {
+	return localAddrPort(c.conns[id].get()).Addr()
+}
+
+// RebindUplink moves uplink id's socket to addr, keeping its port, and probes the link
+// at once so that the headend learns the new address. The session is kept.
+func (c *CPE) RebindUplink(id int, addr netip.Addr) error {
+	u := c.cfg.Uplinks[id]
+	old := c.conns[id].get()
+	from := localAddrPort(old)
+	conn, err := listenUDP(netip.AddrPortFrom(addr, from.Port()), u.Interface)
+	if err != nil {
+		return fmt.Errorf("uplink %s: re-bind from %s to %s: %w (the link stays offline until its address changes again)",
+			u.Spec.Name, from.Addr(), addr, err)
+	}
+	c.conns[id].swap(conn)
+	old.Close() // its read loop moves to the new socket
+	local := localAddrPort(conn)
+	c.log.Info("uplink re-bound to its new address", "link", u.Spec.Name, "from", from, "to", local)
+	if s := c.session.Load(); s != nil {
+		if l := s.link(u.Spec.ID); l != nil {
+			l.rebound.Store(&local)
+			s.schedDue.Store(true) // a fast path must send from the new address
+		}
+	}
+	c.UplinkSourcePresent(id, true)
+	if s := c.session.Load(); s != nil {
+		if l := s.link(u.Spec.ID); l != nil {
+			s.sendProbe(l)
+		}
+	}
+	return nil
+}
+
+// applyUplinkState brings the session's link in line with its uplink's state.
+func (c *CPE) applyUplinkState(id int) {
+	if s := c.session.Load(); s != nil {
+		offline, cause := c.conns[id].offline()
+		s.setLinkOffline(c.cfg.Uplinks[id].Spec.ID, offline, cause)
+	}
+}
+
+// setLinkOffline takes link id down at once (offline), sending the peer a loss notice
+// for what was in flight on it, or lets probes bring it back.
+func (s *Session) setLinkOffline(id uint8, offline bool, cause string) {
+	l := s.link(id)
+	if l == nil || l.offline.Swap(offline) == offline {
+		return
+	}
+	if !offline {
+		l.mu.Lock()
+		if l.state == stateDown {
+			l.setState(stateProbing)
+		}
+		l.mu.Unlock()
+		l.log.Info("link back: probing it", "cause", "uplink usable again")
+		return
+	}
+	l.mu.Lock()
+	was := l.state
+	if was.inSchedule() {
+		l.setState(stateDown)
+	}
+	l.mu.Unlock()
+	if !was.inSchedule() {
+		l.log.Info("link offline", "cause", cause, "was", was)
+		return
+	}
+	noticed := s.reassign(l)
+	l.log.Warn("link down", "cause", cause, "loss_notice_seqs", noticed)
+}
+
+// local is the address the link's packets leave from.
+func (l *link) local() netip.AddrPort {
+	if p := l.rebound.Load(); p != nil {
+		return *p
+	}
+	return l.spec.Local
+}

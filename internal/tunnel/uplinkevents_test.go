@@ -1,0 +1,83 @@
+package tunnel
+
+import (
+	"net/netip"
+	"testing"
+)
+
+// Carrier lost: the link is down at once, before any probe could go unanswered, and
+// stays down while its socket still works (stray replies do not bring it back);
+// traffic moves to the other link. Carrier back: probes bring it up again.
+func TestCarrierLostTakesLinkDownAtOnce(t *testing.T) {
+	p := newPeer(t, "cpe1", "100.64.0.2")
+	b := newBed(t, p)
+	n := b.startCPE(p, 2, deadline)
+	b.waitReady(n)
+	b.up(n, 100)
+
+	n.c.UplinkCarrier(1, false)
+	if linkUp(n, 1) != 0 {
+		t.Fatal("link up1 still up right after its carrier was lost")
+	}
+	m := b.mappings(n)[1]
+	before, _ := m.data()
+	b.up(n, 200) // a loopback socket still works, but no data may use it
+	if after, _ := m.data(); after != before {
+		t.Errorf("up1 sent %d data packets while without carrier", after-before)
+	}
+	if linkUp(n, 1) != 0 {
+		t.Fatal("link up1 came back up without carrier")
+	}
+
+	n.c.UplinkCarrier(1, true)
+	waitFor(t, "up1 up again after carrier is back", func() bool { return linkUp(n, 1) == 1 })
+	b.up(n, 100)
+}
+
+// An uplink re-bound to a new address keeps its session: the headend follows the
+// link's new address, both links carry traffic again, and no handshake is needed.
+func TestRebindUplinkKeepsSession(t *testing.T) {
+	p := newPeer(t, "cpe1", "100.64.0.2")
+	b := newBed(t, p)
+	n := b.startCPE(p, 2, deadline)
+	b.waitReady(n)
+	b.up(n, 100)
+	index := n.c.session.Load().peerIndex.Load()
+	heSession := b.session("cpe1")
+	handshakes := gauge(n.m.Handshakes.WithLabelValues("headend", "ok"))
+	oldAddr := n.uplinkAddr(1)
+
+	// The address goes away: offline until the new one is bound.
+	n.c.UplinkSourcePresent(1, false)
+	if linkUp(n, 1) != 0 {
+		t.Fatal("up1 still up after its source address was removed")
+	}
+	newAddr := netip.MustParseAddr("127.0.0.2")
+	if err := n.c.RebindUplink(1, newAddr); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.uplinkAddr(1); got.Addr() != newAddr || got.Port() != oldAddr.Port() {
+		t.Fatalf("up1 bound to %v after re-binding, want %v port %d", got, newAddr, oldAddr.Port())
+	}
+	if src := n.c.UplinkSource(1); src != newAddr {
+		t.Fatalf("UplinkSource says %v, want %v", src, newAddr)
+	}
+	m := b.relay.existing(t, n.uplinkAddr(1)) // the relay sees a new client: a new mapping
+	waitFor(t, "up1 up on its new address", func() bool { return linkUp(n, 1) == 1 })
+	waitFor(t, "the headend following up1's new address", func() bool {
+		r := heSession.link(1).remote.Load()
+		return r != nil && *r == m.external()
+	})
+
+	before, _ := m.data()
+	b.both(n, 400)
+	if after, _ := m.data(); after == before {
+		t.Error("up1 carried no data upstream from its new address")
+	}
+	if s := n.c.session.Load(); s.peerIndex.Load() != index || b.session("cpe1") != heSession {
+		t.Fatal("re-binding restarted the session")
+	}
+	if got := gauge(n.m.Handshakes.WithLabelValues("headend", "ok")); got != handshakes {
+		t.Fatalf("%v handshakes during the re-bind; want none", got-handshakes)
+	}
+}

@@ -1,0 +1,136 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The CPE watches its uplinks with netlink: an uplink whose interface goes down leaves
+// the bond at once, with "carrier lost" as the cause, instead of after probe.down_after
+// (1 s by default) of unanswered probes; a TCP flow running over it goes on.
+func TestCarrierLossTakesUplinkDownAtOnce(t *testing.T) {
+	n := newTopology(t)
+	b := startBond(t, n)
+	startIperfServer(t, n)
+	out := filepath.Join(t.TempDir(), "iperf.json")
+	flow := n.Start("lan", out, "iperf3", "-c", server, "-t", "8", "-J")
+	time.Sleep(2 * time.Second)
+
+	const up3 = `aggd_link_up{link="up3",peer="headend"}`
+	const lost = `aggd_uplink_events_total{kind="carrier_lost",link="up3"}`
+	start := time.Now()
+	n.Run("cpe", "ip", "link", "set", "up3", "down")
+	for b.metricOr0("cpe", up3) != 0 || b.metricOr0("cpe", lost) < 1 {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("up3 not down with a carrier_lost event 10 s after its interface went down")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("up3 out of the bond %v after `ip link set up3 down` (probe.down_after is 1s)", time.Since(start).Round(time.Millisecond))
+
+	// Proof that netlink, not probe silence, took it down (timing-free): the cause.
+	line := logLine(t, filepath.Join(b.dir, "cpe.log"), `msg="link down"`, "link=up3")
+	if !strings.Contains(line, `cause="carrier lost"`) {
+		t.Errorf("up3 went down for another cause than its carrier:\n%s", line)
+	}
+	t.Logf("cpe: %s", line)
+	t.Logf("headend received loss notices for %v sequence numbers",
+		b.metricOr0("hub", `aggd_loss_notice_received_sequences_total{peer="cpe1"}`))
+
+	select {
+	case <-flow.Done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("iperf3 did not finish")
+	}
+	if flow.Err != nil {
+		t.Fatalf("the TCP flow broke when up3 lost its carrier: %v\n%s", flow.Err, readTail(out))
+	}
+}
+
+// An uplink whose source is not pinned in the config follows its interface's address:
+// when the address changes (as DHCP or an LTE re-attach does), the CPE re-binds the
+// uplink's socket to the new address, the headend follows the link to it, and the link
+// carries traffic again, all within the same session.
+func TestUplinkAddressChangeKeepsSession(t *testing.T) {
+	n := newTopology(t)
+	b := startBond(t, n)
+
+	// What a DHCP client does on a new lease: old address out, new one in, route back.
+	n.Run("cpe", "ip", "addr", "del", "10.98.3.2/24", "dev", "up3")
+	n.Run("cpe", "ip", "addr", "add", "10.98.3.3/24", "dev", "up3")
+	n.Run("cpe", "ip", "route", "replace", headendIP+"/32", "via", "10.98.3.1", "dev", "up3", "metric", "103")
+
+	deadline := time.Now().Add(20 * time.Second)
+	for b.linksUp("cpe", "headend") < len(uplinkRates) || b.linksUp("hub", "cpe1") < len(uplinkRates) ||
+		logCount(filepath.Join(b.dir, "hub.log"), "peer address changed", "10.98.3.3:") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("up3 not back on 10.98.3.3 within 20 s: cpe links up %d, headend links up %d",
+				b.linksUp("cpe", "headend"), b.linksUp("hub", "cpe1"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, line := range logLines(filepath.Join(b.dir, "cpe.log"), "link=up3") {
+		if !strings.Contains(line, "estimate") {
+			t.Logf("cpe: %s", line)
+		}
+	}
+
+	// It carries traffic from the new address.
+	startIperfServer(t, n)
+	const rx = `aggd_link_receive_packets_total{link="link2",peer="cpe1"}`
+	before := b.metric(t, "hub", rx)
+	iperf(t, n, 3, false)
+	if got := b.metric(t, "hub", rx) - before; got < 100 {
+		t.Errorf("the headend received %v packets on up3 after the address change; want it back in use", got)
+	}
+
+	// One session all along: one handshake's worth of "session established" each side.
+	for _, f := range []string{"cpe.log", "hub.log"} {
+		if c := logCount(filepath.Join(b.dir, f), `msg="session established"`); c != 1 {
+			t.Errorf("%s: %d sessions established; the address change must not restart the session", f, c)
+		}
+	}
+}
+
+// logLine returns the last line of a log containing every one of parts.
+func logLine(t *testing.T, path string, parts ...string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if containsAll(lines[i], parts) {
+			return lines[i]
+		}
+	}
+	t.Fatalf("%s has no line with %q", filepath.Base(path), parts)
+	return ""
+}
+
+func logCount(path string, parts ...string) int { return len(logLines(path, parts...)) }
+
+// logLines returns the lines of a log containing every one of parts.
+func logLines(path string, parts ...string) []string {
+	data, _ := os.ReadFile(path)
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		if containsAll(line, parts) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
+}
