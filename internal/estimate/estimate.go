@@ -76,6 +76,9 @@ const (
 	// probeCeiling bounds probing to this multiple of what the link was seen to deliver,
 	// so a link that is loaded only now and then does not drift upwards without limit.
 	probeCeiling = 1.5
+	// relativeLoadFrac: the relative-queue sign applies only to a link sent at least
+	// this fraction of its assumed rate.
+	relativeLoadFrac = 0.5
 	// relativeQueue is how much more standing queue than the least-queued link (plus
 	// half the link's jitter) marks a link as the saturated one.
 	relativeQueue = time.Millisecond
@@ -153,12 +156,12 @@ func New(cfg Config) *Estimator {
 }
 
 // SetPrior changes the prior and the cap (the headend learns the CPE's downstream
-// rates after its links exist). A prior only moves a link that has measured nothing
-// yet; the cap applies at once.
+// rates after its links exist). A prior replaces what startup has found so far, but not
+// a capacity measured at saturation; the cap applies at once.
 func (e *Estimator) SetPrior(prior, limit float64) {
 	e.cfg.Prior, e.cfg.Cap = prior, limit
-	if e.startup && !e.kf.valid() && prior > 0 {
-		e.kf.prior(prior)
+	if e.startup && prior > 0 {
+		e.kf.prior(math.Max(prior, e.kf.x))
 		e.rate, e.startup = prior, false
 	}
 	e.rate = e.clamp(e.rate)
@@ -249,7 +252,15 @@ func (e *Estimator) saturated(s Sample) bool {
 	}
 	// The relative sign must hold two periods running: one period's minimum on a
 	// jittery link can sit a millisecond above its floor by chance.
-	above := e.queue > s.LeastQueue+relativeQueue+s.Jitter/2
+	// A lightly used link's minimum rests on a few packets: it must carry at least
+	// half its rate for its queue to count against it.
+	// (In startup the rate may be twice what the link was ever given: halve it.)
+	given := e.rate
+	if e.startup {
+		given /= 2
+	}
+	above := e.queue > s.LeastQueue+relativeQueue+s.Jitter/2 &&
+		float64(s.Sent)*8/s.Interval.Seconds() >= relativeLoadFrac*given
 	twice := above && e.aboveLast
 	e.aboveLast = above
 	return twice
