@@ -319,14 +319,16 @@ func (s *fpSession) RxDelta() map[uint8]tunnel.RxDelta {
 }
 
 // TxDelta implements tunnel.SessionPath from the transmit program's per-link counters.
+// It is called from the control tick and on each FEEDBACK, so the read and the update
+// of prevTx happen under one lock (two readers must not both count the same packets).
 func (s *fpSession) TxDelta() map[uint8]tunnel.TxDelta {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	cur, err := s.f.tx.LinkCounts(s.slot)
 	if err != nil {
 		s.warn("fast path: cannot read transmit counters", "err", err)
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	out := make(map[uint8]tunnel.TxDelta)
 	for id, i := range s.linkSlot {
 		if i >= len(cur) || i >= len(s.prevTx) || cur[i].Packets == s.prevTx[i].Packets {

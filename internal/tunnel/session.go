@@ -487,6 +487,9 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 	}
 	var periods []period
 	least := time.Duration(-1)
+	if s.fp != nil {
+		s.mergeFastTx(s.allLinks())
+	}
 	for _, r := range body.Links {
 		fl := s.link(r.LinkID)
 		if fl == nil {
@@ -571,15 +574,9 @@ func (s *Session) tick(now time.Time) {
 // and what it delivered to the link's receive accounting, and settles the links' loss counts, which the daemon alone cannot tell
 // from the few packets it sees itself.
 func (s *Session) mergeFastRx(links []*link) {
+	s.mergeFastTx(links)
 	delta := s.fp.RxDelta()
-	sent := s.fp.TxDelta()
 	for _, l := range links {
-		if d, ok := sent[l.spec.ID]; ok {
-			l.m.txPackets.Add(float64(d.Packets))
-			l.m.txBytes.Add(float64(d.Bytes + 2*wire.HeaderLen*d.Packets)) // as sendDataOn counts
-			l.txData.Add(d.Bytes + 2*wire.HeaderLen*d.Packets)
-			l.m.dup.Add(float64(d.Copies))
-		}
 		if d, ok := delta[l.spec.ID]; ok {
 			l.rx.addDelivered(d, time.Now())
 			l.m.rxPackets.Add(float64(d.Packets))
@@ -592,6 +589,21 @@ func (s *Session) mergeFastRx(links []*link) {
 	s.rxMu.Lock()
 	s.armHoldTimer(clock.Nanos())
 	s.rxMu.Unlock()
+}
+
+// mergeFastTx adds what the kernel sent on each link to the link's transmit counters.
+// Besides the tick, every FEEDBACK calls it, so that the estimators' samples compare
+// what was sent and what arrived over the same period.
+func (s *Session) mergeFastTx(links []*link) {
+	sent := s.fp.TxDelta()
+	for _, l := range links {
+		if d, ok := sent[l.spec.ID]; ok {
+			l.m.txPackets.Add(float64(d.Packets))
+			l.m.txBytes.Add(float64(d.Bytes + 2*wire.HeaderLen*d.Packets)) // as sendDataOn counts
+			l.txData.Add(d.Bytes + 2*wire.HeaderLen*d.Packets)
+			l.m.dup.Add(float64(d.Copies))
+		}
+	}
 }
 
 func (s *Session) sendFeedback(via *link, links []*link) {
