@@ -46,7 +46,7 @@ type link struct {
 
 	rx rxAccount
 
-	// Health, from probe replies.
+	// Health (from probe replies) and estimation (from the peer's FEEDBACK), under mu.
 	mu         sync.Mutex
 	lastReply  time.Time
 	state      linkState

@@ -86,11 +86,16 @@ type Session struct {
 	bondQueue atomic.Int64
 
 	// Receive: the resequencer and its hold timer.
-	rxMu      sync.Mutex
-	reseq     *reseq.Resequencer
-	holdTimer *time.Timer
-	armedAt   int64
-	lastStats reseq.Stats
+	rxMu  sync.Mutex
+	reseq *reseq.Resequencer
+	// rxInFlight counts DATA packets the handover has counted as consumed (fast path)
+	// that are not yet in the resequencer: another goroutine must not hand the ordering
+	// back to the kernel while one is between the two, or the kernel would resume with
+	// a packet about to be held here (a crash seen in the e2e tests).
+	rxInFlight int
+	holdTimer  *time.Timer
+	armedAt    int64
+	lastStats  reseq.Stats
 
 	notices lossNotices // loss notices to repeat (lossnotice.go)
 
@@ -356,6 +361,7 @@ func (s *Session) sendProbe(l *link) {
 // receive handles one datagram that parsed and matched this session. via is the link
 // the session's peer sent it on; from its source address.
 func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now time.Time) (reason wire.Reason, ok bool) {
+	counted := false // counted by the handover, not yet in the resequencer (rxInFlight)
 	if h.Type == wire.TypeData && s.fp != nil {
 		// Before anything can reject it: the kernel counted it when it passed it up, and
 		// takes the ordering back only when the daemon has seen all it passed up.
@@ -364,7 +370,17 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 		if restart {
 			s.reseq.Restart(next)
 		}
+		s.rxInFlight++
+		counted = true
 		s.rxMu.Unlock()
+		defer func() {
+			if counted { // rejected before it reached the resequencer
+				s.rxMu.Lock()
+				s.rxInFlight--
+				s.armHoldTimer(clock.Nanos())
+				s.rxMu.Unlock()
+			}
+		}()
 		if drop {
 			return wire.ReasonReplay, false
 		}
@@ -409,6 +425,10 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 			l.m.lost.Add(float64(lost))
 		}
 		s.rxMu.Lock()
+		if counted {
+			s.rxInFlight--
+			counted = false
+		}
 		s.reseq.Push(nanos, h.Seq, h.LinkID, pkt[wire.HeaderLen:], s.deliver)
 		s.armHoldTimer(nanos)
 		s.rxMu.Unlock()
@@ -512,10 +532,11 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 	s.schedDue.Store(true)
 }
 
-// armHoldTimer makes sure the hold timer fires by the resequencer's next deadline.
-// Caller holds rxMu.
+// armHoldTimer makes sure the hold timer fires by the resequencer's next deadline and
+// (fast path) offers the kernel the ordering back when the resequencer is empty and no
+// packet the handover counted is still on its way into it. Caller holds rxMu.
 func (s *Session) armHoldTimer(now int64) {
-	if s.fp != nil {
+	if s.fp != nil && s.rxInFlight == 0 {
 		s.fp.Idle(s.reseq.Next(), s.reseq.Empty())
 	}
 	d, ok := s.reseq.NextDeadline()
