@@ -76,9 +76,13 @@ const (
 	// probeCeiling bounds probing to this multiple of what the link was seen to deliver,
 	// so a link that is loaded only now and then does not drift upwards without limit.
 	probeCeiling = 1.5
-	// relativeLoadFrac: the relative-queue sign applies only to a link sent at least
-	// this fraction of its assumed rate.
-	relativeLoadFrac = 0.5
+	// busyFrac: a queue above the least-queued link's counts against a link only if it
+	// was sent at least this fraction of its assumed rate in the period (the other
+	// direction's ACK trickle made a link look saturated at 3 Mbit/s on the e2e veths).
+	busyFrac = 0.5
+	// minSamplePackets: a period that delivered fewer packets than this measures no
+	// capacity (its rate is too coarse, its minimum delay too much of a lottery).
+	minSamplePackets = 4
 	// relativeQueue is how much more standing queue than the least-queued link (plus
 	// half the link's jitter) marks a link as the saturated one.
 	relativeQueue = time.Millisecond
@@ -91,8 +95,10 @@ const (
 type Sample struct {
 	// Interval is the length of the period, on the peer's clock.
 	Interval time.Duration
-	// Delivered is how many bytes the peer received on the link in the period.
+	// Delivered is how many bytes the peer received on the link in the period, in
+	// Packets packets.
 	Delivered uint64
+	Packets   uint32
 	// Sent is how many bytes we sent on the link over the same period (as near as our
 	// clock can tell).
 	Sent uint64
@@ -105,6 +111,11 @@ type Sample struct {
 	// sender's doing (a TCP filling the bond), not a wrong split: moving traffic
 	// between links cannot drain it, so only the excess over LeastQueue moves traffic.
 	LeastQueue time.Duration
+	// MostQueue is the largest queue among them. Probing a link above its capacity
+	// estimate makes sense only when some other link is queueing (the sender wants
+	// more than the bond gives): when none is, the sender is the limit, and probing
+	// would only skew the split.
+	MostQueue time.Duration
 	// Blocked reports that our own writes to the link stalled in the period: its
 	// queue is local (the uplink's qdisc is full and pushes back on the socket), so
 	// the peer sees no queueing delay, yet the link is saturated all the same.
@@ -135,10 +146,12 @@ type Estimator struct {
 	streak  int  // periods in a row spent probing
 	// aboveLast: the previous period's queue was clearly above the least-queued link's.
 	aboveLast bool
-	kf        kalman
-	rate      float64
-	phase     Phase
-	queue     time.Duration
+	// policedLast: the previous period lost much of what it was sent, without a queue.
+	policedLast bool
+	kf          kalman
+	rate        float64
+	phase       Phase
+	queue       time.Duration
 }
 
 // New returns an estimator at the configured prior (or DefaultRate).
@@ -198,18 +211,32 @@ func (e *Estimator) Update(s Sample) {
 	}
 	streak := e.streak
 	e.streak = 0
+	policed := false
+	defer func() { e.policedLast = policed }()
 	switch {
-	case e.saturated(s) && s.Delivered > 0:
+	case e.saturated(s) && s.Packets >= minSamplePackets:
 		// Standing queue: the bottleneck never idled, so it delivered its capacity.
 		e.phase, e.startup = PhaseDrain, false
 		e.kf.update(delivered)
 		e.rate = e.kf.x * drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue))
+	case e.saturated(s):
+		// A queue, but on too few packets to measure a rate by (a slow link in a short
+		// period, or a lone probe that waited for a busy host): the capacity estimate
+		// stays; the rate drains all the same.
+		e.phase = PhaseDrain
+		if e.kf.valid() {
+			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue)))
+		}
 	case sent >= loadedFrac*e.rate && delivered < policedFrac*sent:
-		// Loaded, no queue, yet much of it vanished: a policer (or a shallow buffer)
-		// that drops instead of queueing. What got through is the capacity.
-		e.phase, e.startup = PhaseDrain, false
-		e.kf.update(delivered)
-		e.rate = e.kf.x
+		// Loaded, no queue, yet much of it vanished, two periods running: a policer (or
+		// a shallow buffer) that drops instead of queueing. What got through is the
+		// capacity. (One such period can be an artefact of where the period cut.)
+		if e.policedLast {
+			e.phase, e.startup = PhaseDrain, false
+			e.kf.update(delivered)
+			e.rate = e.kf.x
+		}
+		policed = true
 	case sent >= loadedFrac*e.rate:
 		// It took what it was given without queueing: it has room, or at least this.
 		e.phase = PhaseProbing
@@ -219,7 +246,7 @@ func (e *Estimator) Update(s Sample) {
 			e.rate = math.Min(2*e.rate, startupCeiling*delivered)
 		} else if e.rate < e.kf.x {
 			e.rate = math.Min(e.kf.x, math.Max(e.rate*(1+recoverGain), e.kf.x/2))
-		} else {
+		} else if e.bondQueueing(s) {
 			gain := math.Min(probeGain*math.Pow(probeGrowth, float64(streak)), maxProbeGain)
 			e.rate = math.Min(e.rate*(1+gain), probeCeiling*math.Max(e.kf.x, delivered))
 			e.streak = streak + 1
@@ -252,18 +279,27 @@ func (e *Estimator) saturated(s Sample) bool {
 	}
 	// The relative sign must hold two periods running: one period's minimum on a
 	// jittery link can sit a millisecond above its floor by chance.
-	// A lightly used link's minimum rests on a few packets: it must carry at least
-	// half its rate for its queue to count against it.
-	// (In startup the rate may be twice what the link was ever given: halve it.)
-	given := e.rate
-	if e.startup {
-		given /= 2
-	}
 	above := e.queue > s.LeastQueue+relativeQueue+s.Jitter/2 &&
-		float64(s.Sent)*8/s.Interval.Seconds() >= relativeLoadFrac*given
+		float64(s.Sent)*8/s.Interval.Seconds() >= busyFrac*e.given()
 	twice := above && e.aboveLast
 	e.aboveLast = above
 	return twice
+}
+
+// bondQueueing tells whether some link of the bond has a standing queue: above the
+// target, or clearly above the least-queued link's.
+func (e *Estimator) bondQueueing(s Sample) bool {
+	return s.MostQueue > e.cfg.QueueTarget || s.MostQueue > s.LeastQueue+relativeQueue
+}
+
+// given is the rate the link can be expected to have been given when it is busy: its
+// assumed rate, or half of it in startup (which may have just doubled past anything
+// the link was ever given).
+func (e *Estimator) given() float64 {
+	if e.startup {
+		return e.rate / 2
+	}
+	return e.rate
 }
 
 // drainFactor is the fraction of capacity to assume for a link whose queue is excess

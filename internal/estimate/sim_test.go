@@ -68,6 +68,8 @@ type sim struct {
 	// history of per-link delivered bytes per period, for share questions.
 	history     [][]uint64
 	sentHistory [][]uint64
+	// rateHistory holds the rates the scheduler assumed at the end of each period.
+	rateHistory [][]float64
 }
 
 func newSim(links []*simLink, cfg []Config) *sim {
@@ -185,9 +187,9 @@ func (s *sim) endPeriod() {
 	rep := simReport{at: s.now + simReverse}
 	row := make([]uint64, len(s.links))
 	sentRow := make([]uint64, len(s.links))
-	least := time.Duration(-1)
+	least, most := time.Duration(-1), time.Duration(0)
 	for i, l := range s.links {
-		smp := Sample{Interval: simPeriod, Delivered: l.delivered, Sent: l.sent}
+		smp := Sample{Interval: simPeriod, Delivered: l.delivered, Packets: uint32(l.delivered / simPacket), Sent: l.sent}
 		if l.delivered > 0 {
 			if !l.haveFloor || l.owdMin < l.floor {
 				l.floor, l.haveFloor = l.owdMin, true
@@ -198,14 +200,22 @@ func (s *sim) endPeriod() {
 		if smp.HaveQueue && (least < 0 || smp.Queue < least) {
 			least = smp.Queue
 		}
+		if smp.HaveQueue {
+			most = max(most, smp.Queue)
+		}
 		row[i], sentRow[i] = l.delivered, l.sent
 		l.delivered, l.sent = 0, 0
 	}
 	for i := range rep.samples {
-		rep.samples[i].LeastQueue = max(least, 0)
+		rep.samples[i].LeastQueue, rep.samples[i].MostQueue = max(least, 0), most
 	}
 	s.history = append(s.history, row)
 	s.sentHistory = append(s.sentHistory, sentRow)
+	rates := make([]float64, len(s.est))
+	for i, e := range s.est {
+		rates[i] = e.Rate()
+	}
+	s.rateHistory = append(s.rateHistory, rates)
 	s.reports = append(s.reports, rep)
 }
 
@@ -246,19 +256,25 @@ func sharesOf(h [][]uint64, from, to time.Duration) (share []float64, rate float
 	return share, total * 8 / (to - from).Seconds()
 }
 
-// splitSettledAt returns the first time from which every later window of w has the
-// scheduler's split within tol of want on each link, or -1 if it never settles.
-func (s *sim) splitSettledAt(from time.Duration, w time.Duration, want []float64, tol float64) time.Duration {
+// splitSettledAt returns the first time from which, at every later period's end, the
+// scheduler's split under load (each link's share of the sum of the assumed rates) is
+// within tol of want, or -1 if it never settles. (The split of the packets actually
+// sent also moves whenever the sender backs off: light traffic rides the
+// lowest-delay link, by design.)
+func (s *sim) splitSettledAt(from time.Duration, want []float64, tol float64) time.Duration {
 	settled := time.Duration(-1)
-	for t := from; t+w <= time.Duration(len(s.sentHistory))*simPeriod; t += simPeriod {
-		share, _ := s.split(t, t+w)
+	for i := int(from / simPeriod); i < len(s.rateHistory); i++ {
+		var sum float64
+		for _, r := range s.rateHistory[i] {
+			sum += r
+		}
 		ok := true
-		for i := range want {
-			ok = ok && math.Abs(share[i]-want[i]) <= tol
+		for j := range want {
+			ok = ok && math.Abs(s.rateHistory[i][j]/sum-want[j]) <= tol
 		}
 		switch {
 		case ok && settled < 0:
-			settled = t
+			settled = time.Duration(i+1) * simPeriod
 		case !ok:
 			settled = -1
 		}

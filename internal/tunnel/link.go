@@ -305,7 +305,7 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport) (sm
 		}
 		smp = estimate.Sample{
 			Interval:  time.Duration(peerTime-l.peerTime) * time.Microsecond,
-			Delivered: dBytes, Sent: sent - l.sentAt,
+			Delivered: dBytes, Packets: dPkts, Sent: sent - l.sentAt,
 			// Blocked for a tenth of the period: far more than scheduling hiccups.
 			Blocked: time.Duration(l.blockedNs.Load()-l.blockedAt) > time.Duration(peerTime-l.peerTime)*time.Microsecond/10,
 		}

@@ -506,7 +506,7 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 		smp estimate.Sample
 	}
 	var periods []period
-	least := time.Duration(-1)
+	least, most := time.Duration(-1), time.Duration(0)
 	if s.fp != nil {
 		s.mergeFastTx(s.allLinks())
 	}
@@ -520,12 +520,15 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 			continue
 		}
 		periods = append(periods, period{fl, smp})
-		if smp.HaveQueue && smp.Delivered > 0 && (least < 0 || smp.Queue < least) {
-			least = smp.Queue
+		if smp.HaveQueue && smp.Delivered > 0 {
+			if least < 0 || smp.Queue < least {
+				least = smp.Queue
+			}
+			most = max(most, smp.Queue)
 		}
 	}
 	for _, p := range periods {
-		p.smp.LeastQueue = max(least, 0)
+		p.smp.LeastQueue, p.smp.MostQueue = max(least, 0), most
 		p.l.estimate(p.smp)
 	}
 	s.bondQueue.Store(int64(max(least, 0)))
