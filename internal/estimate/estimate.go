@@ -44,8 +44,11 @@ type Config struct {
 }
 
 const (
-	// StartRate is the rate assumed for a link before anything is known about it.
-	StartRate = 1e6
+	// StartRate is the rate assumed for a link before anything is known about it: low,
+	// because overshooting a slow link with a deep buffer (an ADSL upstream) costs
+	// seconds of queue before the first feedback can tell; doubling reaches 100 Mbit/s
+	// in nine periods.
+	StartRate = 250e3
 	// DefaultQueueTarget: a few milliseconds, well above the jitter that survives the
 	// period minimum, well below what interactive traffic notices.
 	DefaultQueueTarget = 5 * time.Millisecond
@@ -80,9 +83,6 @@ const (
 	// was sent at least this fraction of its assumed rate in the period (the other
 	// direction's ACK trickle made a link look saturated at 3 Mbit/s on the e2e veths).
 	busyFrac = 0.5
-	// minSamplePackets: a period that delivered fewer packets than this measures no
-	// capacity (its rate is too coarse, its minimum delay too much of a lottery).
-	minSamplePackets = 4
 	// relativeQueue is how much more standing queue than the least-queued link (plus
 	// half the link's jitter) marks a link as the saturated one.
 	relativeQueue = time.Millisecond
@@ -90,6 +90,11 @@ const (
 	// drops linearly from the capacity at the target to half of it at target+drainSpan.
 	drainSpan = 100 * time.Millisecond
 )
+
+// MinSamplePackets is the fewest packets a sample must span to measure a capacity
+// (fewer make a rate too coarse and a minimum delay a lottery). Callers should extend
+// a sample over several feedback periods until it has them (or a time limit passes).
+const MinSamplePackets = 4
 
 // Sample is what one feedback period showed about a link.
 type Sample struct {
@@ -213,13 +218,14 @@ func (e *Estimator) Update(s Sample) {
 	e.streak = 0
 	policed := false
 	defer func() { e.policedLast = policed }()
+	saturated := e.saturated(s) // once per sample: it keeps state across samples
 	switch {
-	case e.saturated(s) && s.Packets >= minSamplePackets:
+	case saturated && s.Packets >= MinSamplePackets:
 		// Standing queue: the bottleneck never idled, so it delivered its capacity.
 		e.phase, e.startup = PhaseDrain, false
 		e.kf.update(delivered)
 		e.rate = e.kf.x * drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue))
-	case e.saturated(s):
+	case saturated:
 		// A queue, but on too few packets to measure a rate by (a slow link in a short
 		// period, or a lone probe that waited for a busy host): the capacity estimate
 		// stays; the rate drains all the same.
@@ -262,7 +268,8 @@ func (e *Estimator) Update(s Sample) {
 	e.rate = e.clamp(e.rate)
 }
 
-// saturated tells whether the link's bottleneck was busy all period: its own writes
+// saturated tells whether the link's bottleneck was busy all period (call it once per
+// sample: it remembers whether the last one was above the others): its own writes
 // stalled on a full local queue, or the peer saw a standing queue, either above the
 // target or clearly above the least-queued link's (a link with a millisecond or two of
 // standing queue, where the others have none, is the one the sender is waiting for,

@@ -188,3 +188,29 @@ func TestEmptySamplesAreIgnored(t *testing.T) {
 		t.Errorf("rate %.0f capacity %.0f after empty samples, want the prior 8e6", e.Rate(), e.Capacity())
 	}
 }
+
+// A link whose queue stands clearly above the others' for two samples (not one) ends
+// startup and is measured, and stays out of startup afterwards.
+func TestRelativeQueueEndsStartup(t *testing.T) {
+	e := New(Config{})
+	smp := func(mbit float64, queue time.Duration) Sample {
+		b := uint64(mbit * 1e6 / 8 / 10)
+		return Sample{Interval: simPeriod, Delivered: b, Packets: uint32(b / simPacket), Sent: b,
+			Queue: queue, HaveQueue: true, MostQueue: queue}
+	}
+	for e.Rate() < 40e6 {
+		e.Update(smp(e.Rate()/1e6, 0))
+	}
+	e.Update(smp(30, 2500*time.Microsecond))
+	if e.Phase() == PhaseDrain {
+		t.Fatalf("one sample above the others already counted as saturated (phase %v)", e.Phase())
+	}
+	e.Update(smp(30, 2500*time.Microsecond))
+	if e.Phase() != PhaseDrain || math.Abs(e.Capacity()-30e6) > 1e6 {
+		t.Fatalf("after two samples 2.5 ms above the others: phase %v, capacity %.1f Mbit/s; want drain at 30", e.Phase(), e.Capacity()/1e6)
+	}
+	e.Update(smp(30, 0))
+	if e.Phase() == PhaseStart || e.Rate() > 31e6 {
+		t.Errorf("after the queue went: phase %v, rate %.1f Mbit/s; startup must not resume", e.Phase(), e.Rate()/1e6)
+	}
+}

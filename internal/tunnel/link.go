@@ -56,8 +56,15 @@ type link struct {
 	prevReport wire.LinkReport
 	prevAt     time.Time
 	peerPrior  float64 // rate prior the peer announced for its receive direction
-	peerTime   uint32  // the peer's timestamp (µs) on its previous FEEDBACK
-	sentAt     uint64  // txData at the previous FEEDBACK
+	// The estimator sample in progress: where it started (report, the peer's time in
+	// µs, txData, blockedNs) and the smallest one-way delay of its reports.
+	smpStarted  bool
+	smpReport   wire.LinkReport
+	smpPeerTime uint32
+	smpSent     uint64
+	smpBlocked  uint64
+	smpMinOWD   int32
+	smpHaveOWD  bool
 	// est turns the peer's reports into the rate the scheduler assumes (capacity,
 	// queueing control); the configured rates are its prior and cap.
 	est       *estimate.Estimator
@@ -89,7 +96,6 @@ type link struct {
 	// and pushed back on the socket): the sign of a saturated link whose queue is
 	// local, so that the peer sees no queueing delay.
 	blockedNs atomic.Uint64
-	blockedAt uint64 // blockedNs at the previous FEEDBACK
 
 	m linkMetrics
 }
@@ -280,59 +286,93 @@ func boolGauge(b bool) float64 {
 }
 
 // onFeedback turns the peer's cumulative counters for this link into a delivery rate,
-// a loss ratio and the link's one-way-delay floor, and returns the period as a sample
-// for the estimator (ok false for the first report, which has no period). peerTime is
-// the FEEDBACK's own timestamp, on the peer's clock, which times the period better than
-// our arrival times (feedback travels over whichever link is best at the moment).
+// a loss ratio and the link's one-way-delay floor, and returns an estimator sample once
+// the reports since the last one add up to one (ok false until then). A sample spans
+// at least estimate.MinSamplePackets packets or maxSampleSpan: a slow link (an ADSL
+// upstream carries one or two packets per report period) is measured over several
+// periods instead of never. peerTime is the FEEDBACK's own timestamp, on the peer's
+// clock, which times the sample better than our arrival times (feedback travels over
+// whichever link is best at the moment).
 func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport) (smp estimate.Sample, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	sent := l.txData.Load()
-	if !l.prevAt.IsZero() {
-		dt := now.Sub(l.prevAt).Seconds()
-		dBytes := r.RxBytes - l.prevReport.RxBytes
-		dPkts := r.RxPackets - l.prevReport.RxPackets
-		dLost := r.Lost - l.prevReport.Lost
-		if dt > 0 {
-			rate := float64(dBytes) * 8 / dt
-			l.peerRate += (rate - l.peerRate) / 4
-			l.m.rate.Set(l.peerRate)
+	l.reportMetrics(now, r)
+	l.prevReport, l.prevAt = r, now
+	if r.OWDMinMicros != 0 { // owdMin is per report period: set only if data arrived in it
+		l.updateFloor(now, r.OWDMinMicros)
+		if !l.smpHaveOWD || r.OWDMinMicros < l.smpMinOWD {
+			l.smpMinOWD, l.smpHaveOWD = r.OWDMinMicros, true
 		}
-		if total := dPkts + dLost; total > 0 {
-			loss := float64(dLost) / float64(total)
-			l.peerLoss += (loss - l.peerLoss) / 4
-			l.m.loss.Set(l.peerLoss)
-		}
-		smp = estimate.Sample{
-			Interval:  time.Duration(peerTime-l.peerTime) * time.Microsecond,
-			Delivered: dBytes, Packets: dPkts, Sent: sent - l.sentAt,
-			// Blocked for a tenth of the period: far more than scheduling hiccups.
-			Blocked: time.Duration(l.blockedNs.Load()-l.blockedAt) > time.Duration(peerTime-l.peerTime)*time.Microsecond/10,
-		}
-		ok = true
+		spread := float64(max(0, r.OWDLastMicros-r.OWDMinMicros))
+		l.jitterUs += (spread - l.jitterUs) / 8
 	}
-	l.prevReport, l.prevAt, l.peerTime, l.sentAt = r, now, peerTime, sent
-	l.blockedAt = l.blockedNs.Load()
-	if r.OWDMinMicros != 0 {
-		// Two 10-second buckets: the floor follows a path that got longer within 20 s.
-		if now.Sub(l.owdFloorTurn) > 10*time.Second {
-			l.owdFloor[1], l.owdFloorSet[1] = l.owdFloor[0], l.owdFloorSet[0]
-			l.owdFloorSet[0] = false
-			l.owdFloorTurn = now
-		}
-		if !l.owdFloorSet[0] || r.OWDMinMicros < l.owdFloor[0] {
-			l.owdFloor[0], l.owdFloorSet[0] = r.OWDMinMicros, true
-		}
-		if ok { // owdMin is per report period: set only if data arrived in it
-			floor, _ := l.floorLocked()
-			smp.Queue = time.Duration(r.OWDMinMicros-floor) * time.Microsecond
-			spread := float64(max(0, r.OWDLastMicros-r.OWDMinMicros))
-			l.jitterUs += (spread - l.jitterUs) / 8
-			smp.Jitter = time.Duration(l.jitterUs) * time.Microsecond
-			smp.HaveQueue = true
-		}
+	sent, blocked := l.txData.Load(), l.blockedNs.Load()
+	if !l.smpStarted {
+		l.startSample(r, peerTime, sent, blocked)
+		return smp, false
 	}
-	return smp, ok
+	span := time.Duration(peerTime-l.smpPeerTime) * time.Microsecond
+	pkts := r.RxPackets - l.smpReport.RxPackets
+	if pkts < estimate.MinSamplePackets && span < maxSampleSpan {
+		return smp, false
+	}
+	smp = estimate.Sample{
+		Interval: span, Delivered: r.RxBytes - l.smpReport.RxBytes, Packets: pkts, Sent: sent - l.smpSent,
+		// Blocked for a tenth of the sample: far more than scheduling hiccups.
+		Blocked: time.Duration(blocked-l.smpBlocked) > span/10,
+		Jitter:  time.Duration(l.jitterUs) * time.Microsecond,
+	}
+	if l.smpHaveOWD {
+		floor, _ := l.floorLocked()
+		smp.Queue, smp.HaveQueue = time.Duration(l.smpMinOWD-floor)*time.Microsecond, true
+	}
+	l.startSample(r, peerTime, sent, blocked)
+	return smp, true
+}
+
+// maxSampleSpan bounds how long an estimator sample waits for enough packets.
+const maxSampleSpan = time.Second
+
+// startSample starts the next estimator sample at this report. Caller holds mu.
+func (l *link) startSample(r wire.LinkReport, peerTime uint32, sent, blocked uint64) {
+	l.smpStarted, l.smpReport, l.smpPeerTime, l.smpSent, l.smpBlocked = true, r, peerTime, sent, blocked
+	l.smpHaveOWD = false
+}
+
+// reportMetrics turns one report into the link's delivery rate and loss metrics.
+// Caller holds mu.
+func (l *link) reportMetrics(now time.Time, r wire.LinkReport) {
+	if l.prevAt.IsZero() {
+		return
+	}
+	dt := now.Sub(l.prevAt).Seconds()
+	dBytes := r.RxBytes - l.prevReport.RxBytes
+	dPkts := r.RxPackets - l.prevReport.RxPackets
+	dLost := r.Lost - l.prevReport.Lost
+	if dt > 0 {
+		rate := float64(dBytes) * 8 / dt
+		l.peerRate += (rate - l.peerRate) / 4
+		l.m.rate.Set(l.peerRate)
+	}
+	if total := dPkts + dLost; total > 0 {
+		loss := float64(dLost) / float64(total)
+		l.peerLoss += (loss - l.peerLoss) / 4
+		l.m.loss.Set(l.peerLoss)
+	}
+}
+
+// updateFloor folds one report's smallest one-way delay into the link's floor: two
+// 10-second buckets, so the floor follows a path that got longer within 20 s. Caller
+// holds mu.
+func (l *link) updateFloor(now time.Time, owd int32) {
+	if now.Sub(l.owdFloorTurn) > 10*time.Second {
+		l.owdFloor[1], l.owdFloorSet[1] = l.owdFloor[0], l.owdFloorSet[0]
+		l.owdFloorSet[0] = false
+		l.owdFloorTurn = now
+	}
+	if !l.owdFloorSet[0] || owd < l.owdFloor[0] {
+		l.owdFloor[0], l.owdFloorSet[0] = owd, true
+	}
 }
 
 // estimate folds one period into the link's estimator, publishes the estimates, and

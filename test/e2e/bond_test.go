@@ -53,7 +53,7 @@ func singleFlowOverAllLinks(t *testing.T, n *testnet.Net, b *bond, minShare floa
 	} {
 		t.Run(dir.name, func(t *testing.T) {
 			// Measuring the links, the split is judged after a warm-up: from 2 s into
-			// an 8-s flow (the estimators start every link at 1 Mbit/s).
+			// an 8-s flow (the estimators start every link at 250 kbit/s).
 			seconds, warmup := 6, time.Duration(0)
 			if minShare < 0 {
 				seconds, warmup = 8, 2*time.Second

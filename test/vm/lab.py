@@ -786,10 +786,13 @@ class Run:
                 pub[who] = subprocess.run([AGGD, "pubkey"], stdin=kf, capture_output=True, text=True,
                                           check=True).stdout.strip()
         ups = ""
+        rates = configured_rates(self.sc)
+        self.result["configured_rates"] = rates
         for l in self.sc["links"]:
-            ups += (f"  - name: {l['name']}\n    interface: up{l['index']}\n"
-                    f"    rate_up: {int(l['up']['rate_mbit'] * 1000)}kbit\n"
-                    f"    rate_down: {int(l['down']['rate_mbit'] * 1000)}kbit\n")
+            ups += f"  - name: {l['name']}\n    interface: up{l['index']}\n"
+            if rates:  # priors and caps; without them aggd measures the links itself
+                ups += (f"    rate_up: {int(l['up']['rate_mbit'] * 1000)}kbit\n"
+                        f"    rate_down: {int(l['down']['rate_mbit'] * 1000)}kbit\n")
         extra_cpe = self.sc.get("aggd", {}).get("cpe_yaml", "")
         extra_hub = self.sc.get("aggd", {}).get("hub_yaml", "")
         with open(os.path.join(w, "cpe.yaml"), "w") as f:
@@ -1259,6 +1262,10 @@ log:
             checks["vpn_no_replay_drops"] = r["vpn"]["replay_drops"] == 0  # None (unknown) fails
         if sc.get("expect_cpu_bound"):
             r["notes"].append("this scenario measures the datapath's CPU ceiling: CPU-bound results are expected")
+        r["must_show"] = control_figures(r, sc)
+        for f in r["must_show"]:
+            if f["name"] in sc.get("enforce", []) and f["status"] in ("pass", "FAIL"):
+                checks[f"{f['name']}_{f['direction']}"] = f["status"] == "pass"
         r["passed"] = all(checks.values())
 
 
@@ -1319,6 +1326,93 @@ def plot(result, path):
     return True
 
 
+def configured_rates(sc):
+    """Whether aggd's config gets the links' rates (rate_up/rate_down, priors and caps).
+    Off by default: aggd must measure the links itself. LAB_CONFIGURED_RATES=1 (or 0)
+    overrides the scenario's `configured_rates`, for comparisons."""
+    env = os.environ.get("LAB_CONFIGURED_RATES")
+    if env is not None:
+        return env not in ("", "0", "false", "no")
+    return bool(sc.get("configured_rates", False))
+
+
+# -- control-plane figures (issue #6's "must show"); reported, enforced only if the
+# scenario lists them under `enforce` --
+
+SPLIT_TOLERANCE = 0.10  # share points: "converged" = every later sample within this of the steady share
+
+
+def shares_series(t):
+    """Per-sample link shares of a transfer (samples where the links carried anything)."""
+    out = []
+    for s in t["series"]:
+        tot = sum(s["links_mbit"].values())
+        if tot > 0:
+            out.append((s["t"], {n: v / tot for n, v in s["links_mbit"].items()}))
+    return out
+
+
+def split_settled(series, t_from, t_to):
+    """Seconds from t_from until each link's share stays within SPLIT_TOLERANCE of its
+    steady share (its mean share over the second half of [t_from, t_to]); None if never."""
+    win = [(t, sh) for t, sh in series if t_from < t <= t_to]
+    if len(win) < 4:
+        return None
+    tail = win[len(win) // 2:]
+    steady = {n: sum(sh[n] for _, sh in tail) / len(tail) for n in tail[0][1]}
+    settled = None
+    for t, sh in win:
+        ok = all(abs(sh[n] - steady[n]) <= SPLIT_TOLERANCE for n in steady)
+        if ok and settled is None:
+            settled = t
+        elif not ok:
+            settled = None
+    return None if settled is None else round(max(0.0, settled - t_from), 1)
+
+
+def control_figures(r, sc):
+    """The control plane's figures per transfer: goodput against the sum of baselines and
+    the best link, split convergence, RTT under load against the slowest used link's
+    idle RTT, and after a rate step, how soon the split followed."""
+    figs = []
+    target = sc.get("target_ratio")
+    idle_rtt = {b["name"]: (b.get("idle_rtt") or {}).get("p50_ms") for b in r["links"]}
+
+    def add(name, value, limit, unit, ok, cpu_bound=False, direction=None):
+        status = "n/a" if value is None else ("cpu-bound" if cpu_bound else ("pass" if ok else "FAIL"))
+        figs.append({"name": name, "direction": direction, "value": value, "limit": limit, "unit": unit,
+                     "status": status})
+
+    for t in r.get("transfers", []):
+        d, cpu = t["direction"], bool(t["cpu_bound"])
+        a = r["aggregate"].get(d, {})
+        ratio = a.get("ratio_to_sum_of_baselines") or a.get("ratio_cpu_bound")
+        if target and ratio is not None:
+            add("goodput_vs_sum_of_baselines", ratio, target, "ratio", ratio >= target, cpu, d)
+        best = a.get("best_single_link_mbit")
+        if best:
+            add("goodput_vs_best_link", round(t["goodput_mbit"] / best, 3), 1.0, "ratio",
+                t["goodput_mbit"] >= best, cpu, d)
+        series = shares_series(t)
+        rate_evs = [e for e in t["events"] if e["action"] == "rate"]
+        first_change = min((e["applied_at"] for e in t["events"]), default=t["seconds"])
+        conv = split_settled(series, 0, first_change)
+        add("split_converged_s", conv, 5, "s", conv is not None and conv <= 5, cpu, d)
+        for e in rate_evs:
+            nxt = min((x["applied_at"] for x in t["events"] if x["applied_at"] > e["applied_at"]), default=t["seconds"])
+            f = split_settled(series, e["applied_at"], nxt)
+            add(f"split_followed_rate_step_{e['link']}_s", f, 2, "s", f is not None and f <= 2, cpu, d)
+        used = [n for n, v in t.get("link_share", {}).items() if v >= 0.05 and idle_rtt.get(n) is not None]
+        rtt = t["rtt_under_load"].get("p50_ms")
+        if used and rtt is not None:
+            base = max(idle_rtt[n] for n in used)
+            add("rtt_under_load_p50_above_slowest_used_link_ms", round(rtt - base, 1), 30, "ms",
+                rtt - base <= 30, cpu, d)
+    for f in r.get("failover", []):
+        add(f"failover_stall_{f['link']}_s", f["stall_s"], 1, "s", f["stall_s"] <= 1, False, f["direction"])
+    return figs
+
+
 def print_summary(r):
     step(f"Summary of {r['scenario']} (Mbit/s; baselines: one TCP flow per link without the tunnel)")
     row = "    {:<8} {:>9} {:>9} | {:>9} {:>9} | {:>11} {:>11}"
@@ -1341,6 +1435,11 @@ def print_summary(r):
     if "vpn" in r:
         v = r["vpn"]
         log(f"    {v['kind']}: replay drops {v['replay_drops']}, paced UDP loss {v['udp_lost_packets']}/{v['udp_packets']}")
+    cr = r.get("configured_rates")
+    log(f"    link rates in aggd's config: {'yes (priors and caps)' if cr else 'no (aggd measured them)'}")
+    for f in r.get("must_show", []):
+        lim = f"<= {f['limit']}" if f["unit"] in ("s", "ms") else f">= {f['limit']}"
+        log(f"    {f['status']:>9}  {f['name']} ({f['direction']}): {f['value']} {f['unit']} (want {lim})")
     for k, v in r["checks"].items():
         log(f"    check {k}: {'ok' if v else 'FAILED'}")
     for n in r["notes"]:
