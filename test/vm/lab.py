@@ -607,6 +607,11 @@ def iperf_json(out):
         return json.loads(out[i:]) if i >= 0 else {"error": out.strip()[-300:]}
 
 
+# LAB_CC=bbr (or any tcp_* module the VM's kernel has) runs every TCP test, baselines
+# included, with that congestion control instead of the kernel's default (CUBIC).
+CONGESTION = os.environ.get("LAB_CC", "").strip()
+
+
 def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, reverse=False, bind=None,
               streams=1, interval=None, extra=(), udp_rate=None):
     """One iperf3 test against a one-off server started for it. Returns the client's JSON."""
@@ -626,6 +631,8 @@ def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, re
             args += ["-i", str(interval)]
         if udp_rate:
             args += ["-u", "-b", udp_rate]
+        elif CONGESTION:
+            args += ["-C", CONGESTION]
         args += list(extra)
         t_start = time.time()
         try:
@@ -689,7 +696,7 @@ class Run:
     def __init__(self, sc, live=True, outdir=None):
         self.sc = sc
         self.live = live
-        self.outdir = outdir or os.path.join(RESULTS, sc["name"])
+        self.outdir = outdir or os.path.join(RESULTS, sc["name"] + (f"-{CONGESTION}" if CONGESTION else ""))
         self.topo = Topology(sc)
         self.procs = Procs()
         self.work = tempfile.mkdtemp(prefix=f"aggd-lab-{sc['name']}.")
@@ -1197,6 +1204,13 @@ log:
         log(f"\n######## scenario {sc['name']}: {sc.get('description', '')}")
         remove_lab()
         os.makedirs(self.outdir, exist_ok=True)
+        self.result["congestion"] = CONGESTION or "default (cubic)"
+        if CONGESTION:
+            sh("modprobe", f"tcp_{CONGESTION}", check=False)
+            avail = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
+            if CONGESTION not in avail:
+                raise LabError(f"LAB_CC={CONGESTION}: the kernel offers only {avail}")
+            info(f"TCP congestion control for every TCP test: {CONGESTION}")
         self.topo.build()
         self.result["idle_lab"] = self.idle("lab idle (no traffic, no aggd)")
         fl = threading.Thread(target=self.fluctuate, daemon=True)
@@ -1435,6 +1449,7 @@ def print_summary(r):
     if "vpn" in r:
         v = r["vpn"]
         log(f"    {v['kind']}: replay drops {v['replay_drops']}, paced UDP loss {v['udp_lost_packets']}/{v['udp_packets']}")
+    log(f"    TCP congestion control: {r.get('congestion', 'default (cubic)')}")
     cr = r.get("configured_rates")
     log(f"    link rates in aggd's config: {'yes (priors and caps)' if cr else 'no (aggd measured them)'}")
     for f in r.get("must_show", []):
