@@ -29,6 +29,21 @@ type CPE struct {
 	Log Log `yaml:"log"`
 	// BPF configures the kernel fast path.
 	BPF BPF `yaml:"bpf"`
+	// Fallback routes LAN traffic directly out of an uplink while the headend is
+	// unreachable.
+	Fallback Fallback `yaml:"fallback"`
+}
+
+// Fallback configures direct routing while the headend does not answer.
+type Fallback struct {
+	// Enabled turns the fallback on. Off by default: traffic that leaves directly
+	// comes from the uplink's own address, not the headend's, which some users bond
+	// precisely to avoid.
+	Enabled bool `yaml:"enabled"`
+	// DirectAfter is how long the headend must be silent before new LAN connections
+	// leave directly (NAT) out of the best uplink. When it answers again, new
+	// connections use the bond; the direct ones stay direct until they end.
+	DirectAfter time.Duration `yaml:"direct_after"`
 }
 
 // HeadendRef is the headend a CPE connects to.
@@ -116,6 +131,7 @@ func DefaultCPE() *CPE {
 		Metrics:       defaultMetrics(),
 		Log:           defaultLog(),
 		BPF:           defaultBPF(),
+		Fallback:      Fallback{DirectAfter: defaultDirectAfter},
 	}
 }
 
@@ -161,8 +177,22 @@ func (c *collector) checkCPE(cfg *CPE, opts Options) {
 	c.checkReorder(cfg.Reorder)
 	c.checkProbe(cfg.Probe)
 	c.checkBPF(cfg.BPF)
+	c.checkFallback(cfg.Fallback, cfg.Probe)
 	if cfg.RekeyInterval < minRekeyInterval || cfg.RekeyInterval > maxRekeyInterval {
 		c.add("rekey_interval", "%s is out of range %s..%s", cfg.RekeyInterval, minRekeyInterval, maxRekeyInterval)
+	}
+}
+
+// Fallback bounds: below twice the time a silent link takes to be declared down, a
+// short outage of every link would already send traffic out directly.
+const (
+	defaultDirectAfter = 10 * time.Second
+	maxDirectAfter     = time.Hour
+)
+
+func (c *collector) checkFallback(f Fallback, p Probe) {
+	if lo := 2 * p.DownAfter; f.DirectAfter < lo || f.DirectAfter > maxDirectAfter {
+		c.add("fallback.direct_after", "%s is out of range %s (twice probe.down_after)..%s", f.DirectAfter, lo, maxDirectAfter)
 	}
 }
 

@@ -118,6 +118,9 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	if err := watchUplinks(ctx, log, m, cpe, cfg.Uplinks); err != nil {
 		log.Warn("not watching the uplinks: a dead uplink leaves the bond only when its probes go unanswered, and an address change is not followed", "err", err)
 	}
+	if cfg.Fallback.Enabled {
+		defer watchHeadend(ctx, log, m, cfg, dev.Name(), cpe)()
+	}
 	log.Info("cpe running", "tunnel", dev.Name(), "mtu", mtu, "headend", endpoint, "uplinks", len(uplinks))
 	return cpe.Run(ctx)
 }

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/netip"
 
+	"github.com/aggd/aggd/internal/fallback"
 	"github.com/aggd/aggd/internal/nat"
 	"github.com/aggd/aggd/internal/netcfg"
 	"github.com/aggd/aggd/internal/tun"
@@ -30,6 +31,9 @@ func (h *hostChanges) removeLeftovers() {
 		h.log.Warn("could not remove leftover routes", "err", err)
 	} else if n > 0 {
 		h.log.Info("removed leftover routes from an earlier run", "routes", n)
+	}
+	if err := fallback.Remove(); err != nil {
+		h.log.Warn("could not remove leftover direct-routing rules", "err", err)
 	}
 	if existed, err := nat.Remove(); err != nil {
 		h.log.Warn("could not remove leftover nftables table", "table", nat.TableName, "err", err)

@@ -52,6 +52,9 @@ type Set struct {
 	LossNoticeSent     *prometheus.CounterVec
 	LossNoticeReceived *prometheus.CounterVec
 	UplinkEvents       *prometheus.CounterVec
+
+	FallbackDirect      prometheus.Gauge
+	FallbackTransitions *prometheus.CounterVec
 }
 
 // New creates and registers the metric set, including build info and Go runtime metrics.
@@ -90,6 +93,11 @@ func New() *Set {
 	s.LossNoticeSent = counterVec("loss_notice_sent_sequences_total", "Sequence numbers named in loss notices sent to the peer because a link went down with them in flight (each notice is sent twice; both count).", []string{"peer"})
 	s.LossNoticeReceived = counterVec("loss_notice_received_sequences_total", "Sequence numbers named in loss notices received from the peer (repeats included).", []string{"peer"})
 	s.UplinkEvents = counterVec("uplink_events_total", "Changes netlink reported on the CPE's uplinks, by kind (carrier_lost, carrier_back, address_added, address_removed, route_changed).", []string{"link", "kind"})
+	s.FallbackDirect = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "aggd", Name: "fallback_direct",
+		Help: "1 while new LAN connections leave directly out of an uplink because the headend is silent (CPE, fallback.enabled).",
+	})
+	s.FallbackTransitions = counterVec("fallback_transitions_total", "Switches between the bond and direct routing, by the mode switched to (direct, bond).", []string{"to"})
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "aggd", Name: "build_info", Help: "Build information; the value is always 1.",
 	}, []string{"version", "goversion"})
@@ -101,7 +109,7 @@ func New() *Set {
 		s.LinkCapacity, s.LinkQueueDelay,
 		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderSkips, s.AQMDrops, s.Drops, s.TunnelTxPacket, build,
-		s.LossNoticeSent, s.LossNoticeReceived, s.UplinkEvents,
+		s.LossNoticeSent, s.LossNoticeReceived, s.UplinkEvents, s.FallbackDirect, s.FallbackTransitions,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

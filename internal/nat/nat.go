@@ -63,13 +63,16 @@ func Remove() (existed bool, err error) {
 }
 
 // removeTable queues deletion of aggd's table and reports whether it existed.
-func removeTable(c *nftables.Conn) bool {
+func removeTable(c *nftables.Conn) bool { return DeleteTable(c, TableName) }
+
+// DeleteTable queues deletion of the inet table name and reports whether it existed.
+func DeleteTable(c *nftables.Conn, name string) bool {
 	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
 	if err != nil {
 		return false
 	}
 	for _, t := range tables {
-		if t.Name == TableName {
+		if t.Name == name {
 			c.DelTable(t)
 			return true
 		}
@@ -80,18 +83,19 @@ func removeTable(c *nftables.Conn) bool {
 func (m Masquerade) exprs() []expr.Any {
 	var e []expr.Any
 	if m.InIface != "" {
-		e = append(e, ifaceMatch(expr.MetaKeyIIFNAME, m.InIface, expr.CmpOpEq)...)
+		e = append(e, IfaceMatch(expr.MetaKeyIIFNAME, m.InIface, expr.CmpOpEq)...)
 	}
 	if m.OutIface != "" {
-		e = append(e, ifaceMatch(expr.MetaKeyOIFNAME, m.OutIface, expr.CmpOpEq)...)
+		e = append(e, IfaceMatch(expr.MetaKeyOIFNAME, m.OutIface, expr.CmpOpEq)...)
 	}
 	if m.NotOutIface != "" {
-		e = append(e, ifaceMatch(expr.MetaKeyOIFNAME, m.NotOutIface, expr.CmpOpNeq)...)
+		e = append(e, IfaceMatch(expr.MetaKeyOIFNAME, m.NotOutIface, expr.CmpOpNeq)...)
 	}
 	return append(e, &expr.Masq{})
 }
 
-func ifaceMatch(key expr.MetaKey, name string, op expr.CmpOp) []expr.Any {
+// IfaceMatch compares the packet's input or output interface name (key) with name.
+func IfaceMatch(key expr.MetaKey, name string, op expr.CmpOp) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: key, Register: 1},
 		&expr.Cmp{Op: op, Register: 1, Data: ifname(name)},

@@ -61,6 +61,7 @@ type CPE struct {
 	localIndex uint32
 	session    atomic.Pointer[Session]
 	lastHeard  atomic.Int64 // clock.Nanos of the last authenticated packet from the headend
+	started    int64        // clock.Nanos when the CPE was created
 
 	hsSlot    chan struct{} // at most one handshake response in progress
 	hsMu      sync.Mutex
@@ -76,8 +77,8 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 	c := &CPE{
 		cfg: cfg, tun: tun, m: m, log: log.With("role", "cpe"),
 		macH: auth.MacKey(cfg.HeadendKey), macL: auth.MacKey(cfg.Local.Public()),
-		localIndex: randomIndex(),
-		hsSlot:     make(chan struct{}, 1),
+		localIndex: randomIndex(), started: clock.Nanos(),
+		hsSlot: make(chan struct{}, 1),
 	}
 	for _, u := range cfg.Uplinks {
 		conn, err := listenUDP(netip.AddrPortFrom(u.Source, cfg.LocalPort), u.Interface)
@@ -138,6 +139,16 @@ func (c *CPE) closeConns() {
 	for _, u := range c.conns {
 		u.get().Close()
 	}
+}
+
+// Silence is how long the headend has not been heard from: since its last authenticated
+// packet, or since the CPE started if it never answered.
+func (c *CPE) Silence() time.Duration {
+	last := c.lastHeard.Load()
+	if last == 0 {
+		last = c.started
+	}
+	return time.Duration(clock.Nanos() - last)
 }
 
 // maybeHandshake starts a handshake when there is no session, when the current keys are

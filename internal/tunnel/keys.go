@@ -54,7 +54,17 @@ const keyGrace = 30 * time.Second
 func (r *keyRing) install(g *keyGen, sendNow bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.prev, r.cur = r.cur, g
+	if r.cur != nil && r.cur.id == g.id {
+		// The same key id again: the peer retried its handshake (it re-sends while we do
+		// not answer, and a headend that was frozen answers each retry in turn). Only the
+		// last one counts; keeping both would leave two generations with one id.
+		if r.tx == r.cur {
+			r.tx = g
+		}
+		r.cur = g
+	} else {
+		r.prev, r.cur = r.cur, g
+	}
 	if sendNow || r.tx == nil {
 		r.tx = g
 	}

@@ -28,7 +28,7 @@ func TestSingleTCPFlowUsesAllLinks(t *testing.T) {
 // follows their capacities (10/30/60 Mbit/s) to within 5 points of the packets.
 func TestSingleTCPFlowMeasuresTheLinks(t *testing.T) {
 	n := newTopology(t)
-	b := startBondWith(t, n, false)
+	b := startBondWith(t, n, bondOptions{noRates: true})
 	singleFlowOverAllLinks(t, n, b, -1)
 }
 

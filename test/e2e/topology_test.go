@@ -98,21 +98,32 @@ func buildTopology(t testing.TB, prefix string, shaped bool) *testnet.Net {
 // startBond writes keys and configs and starts aggd as headend and CPE. daemonArgs,
 // if any, are appended to both daemons' command lines (e.g. "--no-bpf").
 func startBond(t testing.TB, n *testnet.Net, daemonArgs ...string) *bond {
-	return startBondWith(t, n, true, daemonArgs...)
+	return startBondWith(t, n, bondOptions{}, daemonArgs...)
 }
 
-// startBondWith is startBond with a choice: withRates writes each uplink's real rate
-// into the CPE config as rate_up/rate_down (priors); without, aggd must measure them.
-func startBondWith(t testing.TB, n *testnet.Net, withRates bool, daemonArgs ...string) *bond {
+// bondOptions varies the CPE's config from startBond's.
+type bondOptions struct {
+	// noRates leaves out each uplink's rate_up/rate_down (the real rates, as priors):
+	// aggd must measure the links.
+	noRates bool
+	// uplink adds lines to uplink k's entry (k from 1), indented like its keys.
+	uplink map[int]string
+	// cpe adds top-level lines to the CPE config.
+	cpe string
+}
+
+// startBondWith is startBond with the CPE config varied by opts.
+func startBondWith(t testing.TB, n *testnet.Net, opts bondOptions, daemonArgs ...string) *bond {
 	dir := t.TempDir()
 	cpeKey, hubKey := writeKey(t, dir, "cpe.key"), writeKey(t, dir, "hub.key")
 	var ups strings.Builder
 	for i := range uplinkRates {
 		k := i + 1
 		fmt.Fprintf(&ups, "  - name: up%d\n    interface: up%d\n", k, k)
-		if withRates {
+		if !opts.noRates {
 			fmt.Fprintf(&ups, "    rate_up: %dmbit\n    rate_down: %dmbit\n", uplinkRates[i], uplinkRates[i])
 		}
+		ups.WriteString(opts.uplink[k])
 	}
 	writeFile(t, dir, "cpe.yaml", fmt.Sprintf(`private_key_file: %s
 headend:
@@ -123,7 +134,7 @@ tunnel:
 uplinks:
 %slog:
   level: debug
-`, filepath.Join(dir, "cpe.key"), headendIP, hubKey, ups.String()))
+%s`, filepath.Join(dir, "cpe.key"), headendIP, hubKey, ups.String(), opts.cpe))
 	writeFile(t, dir, "hub.yaml", fmt.Sprintf(`private_key_file: %s
 listen: %s:4242
 tunnel:

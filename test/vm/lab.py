@@ -68,6 +68,18 @@ CPU_SATURATED_PCT = 90.0
 # the links, was what ran out.
 CPU_BUSY_UNDERUSED_PCT = 70.0
 
+# The per-link sampler's period during bond transfers (link byte counters, CPU), and the
+# window the split figures compute each link's share over (a sliding window, evaluated at
+# every sample).
+SAMPLE_S = float(os.environ.get("LAB_SAMPLE_S", "0.25"))
+SHARE_WINDOW_S = float(os.environ.get("LAB_SHARE_WINDOW_S", "0.5"))
+# How often the CPE's metrics are scraped for aggd_link_up while links go down and come
+# back: during an idle outage, and during transfers with an outage in their schedule.
+SCRAPE_IDLE_S = float(os.environ.get("LAB_SCRAPE_S", "0.15"))
+SCRAPE_LOADED_S = max(SCRAPE_IDLE_S, 0.2)
+# The baselines' TCP congestion control (one flow per link, no tunnel).
+BASELINE_CC = os.environ.get("LAB_BASELINE_CC", "cubic")
+
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNET = 0x40000000
 
@@ -187,6 +199,40 @@ def tcp_listening(port):
     return False
 
 
+def tcp_established(port):
+    n = 0
+    with open("/proc/thread-self/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            v = line.split()
+            if v[3] == "01" and int(v[1].split(":")[1], 16) == port:
+                n += 1
+    return n
+
+
+class ConnectWatch(threading.Thread):
+    """Notes when the server in namespace name has n established connections on port: for
+    iperf3, the control connection plus the data streams, i.e. the moment the test starts
+    (its intervals count from there). Polls every 10 ms for up to `timeout` seconds."""
+
+    def __init__(self, name, port, n, timeout=30):
+        super().__init__(daemon=True)
+        self.name, self.port, self.n, self.timeout = name, port, n, timeout
+        self.at = None
+        self.stop_ev = threading.Event()
+
+    def run(self):
+        try:
+            setns(self.name)
+            end = time.time() + self.timeout
+            while not self.stop_ev.is_set() and time.time() < end:
+                if tcp_established(self.port) >= self.n:
+                    self.at = time.time()
+                    return
+                time.sleep(0.01)
+        except OSError:
+            pass
+
+
 def wait_listening(name, port, timeout=10):
     end = time.time() + timeout
     while time.time() < end:
@@ -300,6 +346,13 @@ def load_scenario(arg):
     for ev in sc["schedule"]:
         if ev.get("link") not in names:
             raise LabError(f"{path}: schedule event {ev} names no link of the scenario")
+    sc.setdefault("idle_outages", [])
+    for o in sc["idle_outages"]:
+        if o.get("link") not in names:
+            raise LabError(f"{path}: idle outage {o} names no link of the scenario")
+    cc = sc.get("congestion", ["cubic"])
+    if not isinstance(cc, list) or not cc or not all(isinstance(c, str) for c in cc):
+        raise LabError(f"{path}: congestion must be a list of TCP congestion controls, e.g. [cubic, bbr]")
     sc["seed"] = int(sc.get("seed", 1))
     return sc
 
@@ -489,7 +542,10 @@ def proc_cpu(pid):
 
 class Sampler(threading.Thread):
     """Every interval: bytes each link carried per direction (link namespace counters, so
-    wire bytes incl. tunnel overhead), the VM's per-CPU load and the aggd processes' CPU."""
+    wire bytes incl. tunnel overhead), the VM's per-CPU load and the aggd processes' CPU.
+    Per link and direction two counts: `links` = bytes the link delivered (its egress
+    veth's tx, after netem and the tbf queue) and `links_in` = bytes aggd offered it (its
+    ingress veth's rx, before the queue: what the scheduler sent, drops included)."""
 
     def __init__(self, topo, pids=None, interval=1.0, live=None):
         super().__init__(daemon=True)
@@ -504,8 +560,9 @@ class Sampler(threading.Thread):
         for l in self.topo.links:
             setns(f"l{l['index']}")
             nd = read_netdev()
-            # tohub tx = up bytes delivered to the headend, tocpe tx = down bytes to the CPE.
-            c[l["name"]] = (nd["tohub"][1], nd["tocpe"][1])
+            # tohub tx = up bytes delivered to the headend, tocpe tx = down bytes to the CPE;
+            # tocpe rx = up bytes the CPE sent into the link, tohub rx = down bytes from the hub.
+            c[l["name"]] = (nd["tohub"][1], nd["tocpe"][1], nd["tocpe"][0], nd["tohub"][0])
         return c
 
     def run(self):
@@ -514,11 +571,13 @@ class Sampler(threading.Thread):
             now = time.time()
             cur = (now, self.counters(), cpu_times(), {k: proc_cpu(p) for k, p in self.pids.items()})
             dt = now - prev[0]
-            s = {"t": round(now - self.t0, 2), "links": {}}
-            for name, (u, dn) in cur[1].items():
-                pu, pd = prev[1][name]
+            s = {"t": round(now - self.t0, 2), "dt": round(dt, 3), "links": {}, "links_in": {}}
+            for name, (u, dn, ui, di) in cur[1].items():
+                pu, pd, pui, pdi = prev[1][name]
                 s["links"][name] = {"up": round((u - pu) * 8 / dt / 1e6, 3),
                                     "down": round((dn - pd) * 8 / dt / 1e6, 3)}
+                s["links_in"][name] = {"up": round((ui - pui) * 8 / dt / 1e6, 3),
+                                       "down": round((di - pdi) * 8 / dt / 1e6, 3)}
             per = []
             for (b, t), (pb, pt) in zip(cur[2], prev[2]):
                 per.append(round(100 * (b - pb) / max(1, t - pt), 1))
@@ -540,6 +599,79 @@ class Sampler(threading.Thread):
         return self.samples
 
 
+def one_second_chunks(samples):
+    """Consecutive samples grouped into ~1-s chunks (one sample each when the sampler ran
+    at 1 s)."""
+    out, cur, acc = [], [], 0.0
+    for s in samples:
+        cur.append(s)
+        acc += s.get("dt", 1.0)
+        if acc >= 0.95:
+            out.append(cur)
+            cur, acc = [], 0.0
+    if cur and acc >= 0.5:
+        out.append(cur)
+    return out
+
+
+class MetricsWatch(threading.Thread):
+    """Scrapes the CPE's Prometheus endpoint every interval: aggd_link_up and
+    aggd_link_transmit_bytes_total per link. Each scrape is placed at the middle of its
+    HTTP request, on the clock t0 (so the same axis as the Sampler's and the schedule's)."""
+
+    def __init__(self, t0, interval):
+        super().__init__(daemon=True)
+        self.t0, self.interval = t0, interval
+        self.stop_ev = threading.Event()
+        self.scrapes = []
+        self.errors = 0
+
+    @staticmethod
+    def parse(page):
+        up, tx = {}, {}
+        for line in page.splitlines():
+            for name, dst in (("aggd_link_up{", up), ("aggd_link_transmit_bytes_total{", tx)):
+                if line.startswith(name):
+                    m = re.search(r'link="([^"]*)"', line)
+                    if m:
+                        dst[m.group(1)] = float(line.rsplit(" ", 1)[1])
+        return up, tx
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            a = time.time()
+            try:
+                up, tx = self.parse(http_get("cpe", METRICS))
+                b = time.time()
+                self.scrapes.append({"t": round((a + b) / 2 - self.t0, 3), "took_s": round(b - a, 3),
+                                     "up": up, "tx_bytes": tx})
+            except Exception:  # noqa: BLE001 - a missed scrape only coarsens the figure
+                self.errors += 1
+            self.stop_ev.wait(max(0.0, self.interval - (time.time() - a)))
+
+    def stop(self):
+        self.stop_ev.set()
+        self.join(5)
+        return self.scrapes
+
+
+def first_scrape(scrapes, t_from, cond):
+    """The first scrape after t_from for which cond(scrape) holds, or None."""
+    return next((x for x in scrapes if x["t"] > t_from and cond(x)), None)
+
+
+def goodput_between(fine, a, b, width=0.2):
+    """Mean goodput over (a, b], time-weighted from the receiver's intervals [(t_end, Mbit/s)]
+    of `width` seconds; None when no interval overlaps."""
+    num = den = 0.0
+    for t, v in fine:
+        ov = min(b, t) - max(a, t - width)
+        if ov > 0:
+            num += v * ov
+            den += ov
+    return num / den if den > 0 else None
+
+
 def cpu_summary(samples):
     if not samples:
         return {"cpu_bound": False, "samples": 0}
@@ -559,10 +691,12 @@ def cpu_summary(samples):
     for k, v in procs.items():
         if v >= CPU_BOUND_PCT:
             reasons.append(f"aggd {k} at {v}% of a core")
-    # A mean hides phases: vCPUs saturated for a good part of the run bound it too.
-    sat = sum(1 for s in samples if s["cpu_total_pct"] >= CPU_SATURATED_PCT)
-    if n >= 3 and sat >= 0.3 * n:
-        reasons.append(f"vCPUs >= {CPU_SATURATED_PCT:g}% busy in {sat} of {n} seconds")
+    # A mean hides phases: vCPUs saturated for a good part of the run bound it too. Judged
+    # on 1-s means (the sampler may run faster; a busy quarter second is not saturation).
+    per_s = [sum(s["cpu_total_pct"] for s in c) / len(c) for c in one_second_chunks(samples)]
+    sat = sum(1 for v in per_s if v >= CPU_SATURATED_PCT)
+    if len(per_s) >= 3 and sat >= 0.3 * len(per_s):
+        reasons.append(f"vCPUs >= {CPU_SATURATED_PCT:g}% busy in {sat} of {len(per_s)} seconds")
     return {"cpu_bound": bool(reasons), "reasons": reasons, "vcpu_busy_pct": per_cpu,
             "total_busy_pct": total, "aggd_cpu_pct": procs, "threshold_pct": CPU_BOUND_PCT,
             "samples": n}
@@ -607,13 +741,33 @@ def iperf_json(out):
         return json.loads(out[i:]) if i >= 0 else {"error": out.strip()[-300:]}
 
 
-# LAB_CC=bbr (or any tcp_* module the VM's kernel has) runs every TCP test, baselines
-# included, with that congestion control instead of the kernel's default (CUBIC).
-CONGESTION = os.environ.get("LAB_CC", "").strip()
+def congestion_list(sc):
+    """The TCP congestion controls a scenario's transfers run with, each direction once
+    per algorithm (iperf3 -C): the scenario's `congestion` (default [cubic]), or LAB_CC
+    ("bbr", "cubic,bbr"; also `--cc`), which overrides it."""
+    env = os.environ.get("LAB_CC", "").strip()
+    ccs = env.split(",") if env else sc.get("congestion", ["cubic"])
+    if isinstance(ccs, str):
+        ccs = [ccs]
+    return [c.strip() for c in ccs if c.strip()]
+
+
+def ensure_congestion(ccs):
+    """Loads tcp_<cc> for each algorithm (the VM's kernel has them as modules, from the
+    lab's kernel cache) and fails plainly if the kernel still does not offer one."""
+    for cc in ccs:
+        sh("modprobe", f"tcp_{cc}", check=False)
+    with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+        avail = f.read().split()
+    missing = [cc for cc in ccs if cc not in avail]
+    if missing:
+        raise LabError(f"TCP congestion control {missing} not available in kernel {os.uname().release} "
+                       f"(it offers {avail})")
+    return avail
 
 
 def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, reverse=False, bind=None,
-              streams=1, interval=None, extra=(), udp_rate=None):
+              streams=1, interval=None, extra=(), udp_rate=None, congestion=None):
     """One iperf3 test against a one-off server started for it. Returns the client's JSON."""
     srv = procs.start(server_ns, os.path.join(workdir, f"iperf3-s-{port}.log"), "iperf3", "-s", "-1", "-J", "-p",
                       str(port), "-B", server_ip, *(["-i", str(interval)] if interval else []))
@@ -631,9 +785,13 @@ def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, re
             args += ["-i", str(interval)]
         if udp_rate:
             args += ["-u", "-b", udp_rate]
-        elif CONGESTION:
-            args += ["-C", CONGESTION]
+        elif congestion:
+            args += ["-C", congestion]  # iperf3 hands it to the server too (the sender with -R)
         args += list(extra)
+        cw = None
+        if not udp_rate:
+            cw = ConnectWatch(server_ns, port, 1 + streams)
+            cw.start()
         t_start = time.time()
         try:
             r = subprocess.run(["ip", "netns", "exec", ns(client_ns), *args], stdout=subprocess.PIPE,
@@ -645,9 +803,17 @@ def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, re
             return j
         j = iperf_json(r.stdout)
         j["_rc"] = r.returncode
-        # When the test itself began (after exec and connect), for lining up its intervals.
+        # When the test itself began (after exec and connect), for lining up its intervals:
+        # when its data streams were established, else its own whole-second timestamp.
         ts = (j.get("start", {}).get("timestamp") or {}).get("timesecs")
         j["_t_start"] = t_start if not ts else max(t_start, float(ts))
+        j["_t_start_source"] = "iperf3 timestamp (whole seconds) or exec time"
+        if cw:
+            cw.stop_ev.set()
+            cw.join(1)
+            if cw.at:
+                j["_t_start"] = cw.at
+                j["_t_start_source"] = "data streams established (server socket table, 10-ms polling)"
         return j
     finally:
         procs.stop(srv)
@@ -696,7 +862,7 @@ class Run:
     def __init__(self, sc, live=True, outdir=None):
         self.sc = sc
         self.live = live
-        self.outdir = outdir or os.path.join(RESULTS, sc["name"] + (f"-{CONGESTION}" if CONGESTION else ""))
+        self.outdir = outdir or os.path.join(RESULTS, sc["name"] + outdir_suffix(sc))
         self.topo = Topology(sc)
         self.procs = Procs()
         self.work = tempfile.mkdtemp(prefix=f"aggd-lab-{sc['name']}.")
@@ -756,7 +922,8 @@ class Run:
                 def one(l, k=None):
                     k = l["index"]
                     res[k] = run_iperf(self.procs, self.work, "cpe", "hub", f"10.98.{k}.1", 5200 + 10 * k +
-                                       (0 if d == "up" else 5), secs, reverse=(d == "down"), bind=f"10.98.{k}.2")
+                                       (0 if d == "up" else 5), secs, reverse=(d == "down"), bind=f"10.98.{k}.2",
+                                       congestion=BASELINE_CC)
 
                 ths = [threading.Thread(target=one, args=(l,)) for l, _ in g]
                 for t in ths:
@@ -794,7 +961,6 @@ class Run:
                                           check=True).stdout.strip()
         ups = ""
         rates = configured_rates(self.sc)
-        self.result["configured_rates"] = rates
         for l in self.sc["links"]:
             ups += f"  - name: {l['name']}\n    interface: up{l['index']}\n"
             if rates:  # priors and caps; without them aggd measures the links itself
@@ -954,13 +1120,20 @@ log:
             if a in ("down", "up"):
                 self.topo.set_down(ev["link"], a == "down", dirs)
             elif a == "rate":
+                eff = {}
                 for d in dirs:
                     self.topo.set_rate(ev["link"], d, float(ev["rate_mbit"]))
+                    eff[d] = round(time.time() - t0, 2)  # one exec per direction
             else:
                 raise LabError(f"unknown schedule action {a}")
             e2 = dict(ev)
             e2["applied_at"] = t_apply
             e2["apply_took_s"] = round(time.time() - t0 - t_apply, 2)
+            # The tc exec's time is almost all process start-up; its netlink request, and so
+            # the change, happens at its end: the control-plane figures count from here.
+            e2["effective_at"] = round(time.time() - t0, 2)
+            if a == "rate":
+                e2["effective_at_dir"] = eff
             applied.append(e2)
             if self.live and not ev.get("flap"):
                 info(f"t={e2['applied_at']:5.1f}s  schedule: link {ev['link']} {a}"
@@ -968,27 +1141,43 @@ log:
 
     # -- transfers --
     def live_line(self, d, smp_holder):
+        """A line per second (means of the sampler's finer samples)."""
         names = [l["name"] for l in self.sc["links"]]
+        buf = []
 
         def show(s):
-            per = "  ".join(f"{n} {s['links'][n][d]:5.2f}" for n in names)
-            tot = sum(s["links"][n][d] for n in names)
-            pc = s.get("proc_cpu_pct", {})
-            down = [n for n in names if (n, d) in self.topo.down]
-            log(f"    t={s['t']:5.1f}s  {per} | links {tot:6.2f} Mbit/s | cpu {s['cpu_total_pct']:3.0f}% "
-                f"(vcpus {'/'.join(f'{c:.0f}' for c in s['cpu_pct'])}; aggd cpe {pc.get('cpe', 0):.0f}% "
-                f"hub {pc.get('headend', 0):.0f}%)" + (f"  [{' '.join(down)} DOWN]" if down else ""))
+            buf.append(s)
+            if sum(x.get("dt", 1.0) for x in buf) < 0.95:
+                return
+            n = len(buf)
+            rate = {m: sum(x["links"][m][d] for x in buf) / n for m in names}
+            per = "  ".join(f"{m} {rate[m]:5.2f}" for m in names)
+            tot = sum(rate.values())
+            cpu = sum(x["cpu_total_pct"] for x in buf) / n
+            vc = [sum(x["cpu_pct"][i] for x in buf) / n for i in range(len(s["cpu_pct"]))]
+            pc = {k: sum(x.get("proc_cpu_pct", {}).get(k, 0) for x in buf) / n for k in ("cpe", "headend")}
+            buf.clear()
+            down = [m for m in names if (m, d) in self.topo.down]
+            log(f"    t={s['t']:5.1f}s  {per} | links {tot:6.2f} Mbit/s | cpu {cpu:3.0f}% "
+                f"(vcpus {'/'.join(f'{c:.0f}' for c in vc)}; aggd cpe {pc['cpe']:.0f}% "
+                f"hub {pc['headend']:.0f}%)" + (f"  [{' '.join(down)} DOWN]" if down else ""))
         return show
 
-    def transfer(self, d, target=SERVER, label="bond", client_ns="lan", server_ns="srv"):
+    def transfer(self, d, target=SERVER, label="bond", client_ns="lan", server_ns="srv", cc=None, key=None):
         tr = self.sc["transfer"]
         secs = tr["seconds"]
-        step(f"{label}, {d}stream: one TCP flow {'lan → srv' if d == 'up' else 'srv → lan'} for {secs}s "
-             f"(per-link rates are wire bytes per second in each link namespace)")
+        key = key or d
+        step(f"{label}, {d}stream: one TCP flow ({cc or 'kernel default'}) {'lan → srv' if d == 'up' else 'srv → lan'} "
+             f"for {secs}s (per-link rates are wire bytes per second in each link namespace)")
         evs = self.events_for(secs)
-        smp = Sampler(self.topo, self.aggd_pids(), live=self.live_line(d, None) if self.live else None)
-        ping_out = os.path.join(self.work, f"ping-{label}-{d}.log")
+        smp = Sampler(self.topo, self.aggd_pids(), interval=SAMPLE_S,
+                      live=self.live_line(d, None) if self.live else None)
+        # aggd_link_up per link from the CPE's metrics while links go down and come back.
+        watch = MetricsWatch(smp.t0, SCRAPE_LOADED_S) if any(e["action"] == "down" for e in evs) else None
+        ping_out = os.path.join(self.work, f"ping-{label}-{key}.log")
         smp.start()
+        if watch:
+            watch.start()
         pingp = self.procs.start(client_ns, ping_out, "ping", "-i", "0.2", "-w", str(secs), target)
         stop = threading.Event()
         applied = []
@@ -1004,18 +1193,25 @@ log:
         sched = threading.Thread(target=sched_body, daemon=True)
         sched.start()
         j = run_iperf(self.procs, self.work, client_ns, server_ns, target, self.next_port(), secs,
-                      reverse=(d == "down"), streams=tr["streams"], interval=0.2)
+                      reverse=(d == "down"), streams=tr["streams"], interval=0.2, congestion=cc)
         stop.set()
         sched.join(5)
         samples = smp.stop()
+        scrapes = watch.stop() if watch else []
         try:
             pingp.wait(10)
         except subprocess.TimeoutExpired:
             pass
         self.procs.stop(pingp)
-        for ev in evs:  # every link back up whatever the schedule did
+        # Every link back up and at its own rate, whatever the schedule did, so the next
+        # transfer starts from the scenario's links (and its own schedule steps again).
+        for ev in evs:
             if ev["action"] == "down":
                 self.topo.set_down(ev["link"], False)
+            elif ev["action"] == "rate":
+                lk = self.topo.link(ev["link"])
+                for dd in (("up", "down") if ev.get("dir", "both") == "both" else (ev["dir"],)):
+                    self.topo.set_rate(ev["link"], dd, lk[dd]["rate_mbit"])
         with open(ping_out) as f:
             rtt = ping_stats(f.read())
         g, nbytes = iperf_goodput(j)
@@ -1024,25 +1220,35 @@ log:
         fine = [(round(t + off, 2), v) for t, v in receiver_intervals(j, d == "down")]
         cpu = cpu_summary(samples)
         err = j.get("error")
-        out = {"direction": d, "seconds": secs, "goodput_mbit": round(g, 3), "bytes": nbytes,
-               "completed": (j["_rc"] == 0 and not err and nbytes > 0), "iperf_error": err,
+        end = j.get("end", {})
+        out = {"direction": d, "congestion": cc, "label": key, "seconds": secs, "goodput_mbit": round(g, 3),
+               "bytes": nbytes, "completed": (j["_rc"] == 0 and not err and nbytes > 0), "iperf_error": err,
+               "tcp_congestion_used": {"sender": end.get("sender_tcp_congestion"),
+                                       "receiver": end.get("receiver_tcp_congestion")},
+               "flow_start_s": round(off, 2), "flow_start_source": j.get("_t_start_source"),
+               "sample_interval_s": SAMPLE_S,
                "rtt_under_load": rtt, "cpu": cpu, "cpu_bound": cpu["cpu_bound"], "events": applied,
-               "series": [{"t": s["t"], "links_mbit": {n: v[d] for n, v in s["links"].items()},
+               "series": [{"t": s["t"], "dt": s.get("dt"), "links_mbit": {n: v[d] for n, v in s["links"].items()},
+                           "links_offered_mbit": {n: v[d] for n, v in s["links_in"].items()},
                            "cpu_total_pct": s["cpu_total_pct"], "vcpu_pct": s["cpu_pct"],
                            "aggd_cpu_pct": s.get("proc_cpu_pct", {})} for s in samples],
                "goodput_fine": [{"t": t, "mbit": round(v, 3)} for t, v in fine]}
-        # Goodput per second (from the receiver's 0.2 s intervals) next to the link rates.
-        per_s = {}
-        for t, v in fine:
-            per_s.setdefault(math.ceil(t - 1e-6), []).append(v)
+        if scrapes:
+            out["cpe_link_up"] = scrapes
+        # Goodput over each sample's period (time-weighted over the receiver's 0.2 s
+        # intervals), next to the link rates.
         for s in out["series"]:
-            vals = per_s.get(round(s["t"]))
-            if vals:
-                s["goodput_mbit"] = round(sum(vals) / len(vals), 3)
+            g_s = goodput_between(fine, s["t"] - (s["dt"] or SAMPLE_S), s["t"])
+            if g_s is not None:
+                s["goodput_mbit"] = round(g_s, 3)
         # Wire bytes per link over the whole transfer.
-        tot = {n: sum(s["links"][n][d] for s in samples) for n in (l["name"] for l in self.sc["links"])}
+        names = [l["name"] for l in self.sc["links"]]
+        tot = {n: sum(s["links"][n][d] * s.get("dt", 1.0) for s in samples) for n in names}
+        span = sum(s.get("dt", 1.0) for s in samples) or 1.0
         out["link_share"] = {n: round(v / max(1e-9, sum(tot.values())), 3) for n, v in tot.items()}
-        out["link_avg_mbit"] = {n: round(v / max(1, len(samples)), 3) for n, v in tot.items()}
+        out["link_avg_mbit"] = {n: round(v / span, 3) for n, v in tot.items()}
+        tot_in = {n: sum(s["links_in"][n][d] * s.get("dt", 1.0) for s in samples) for n in names}
+        out["link_offered_avg_mbit"] = {n: round(v / span, 3) for n, v in tot_in.items()}
         probe = self.result.get("idle_bond", {}).get("links_mbit", {})
         out["link_data_mbit"] = {n: round(v - probe.get(n, {}).get(d, 0), 3) for n, v in out["link_avg_mbit"].items()}
         cap = sum(self.topo.rates[(l["name"], d)] for l in self.sc["links"])
@@ -1056,16 +1262,74 @@ log:
         out["stall"] = self.stall(fine, applied)
         if sched_err:
             out["schedule_error"] = sched_err
-            self.result["checks"][f"schedule_applied_{d}"] = False
-        info(f"goodput {g:.2f} Mbit/s ({'completed' if out['completed'] else 'FAILED: ' + str(err)}), "
-             f"RTT under load avg {rtt.get('avg_ms')} ms p95 {rtt.get('p95_ms')} ms, cpu {cpu['total_busy_pct']}% "
-             f"(aggd {cpu['aggd_cpu_pct']})" + ("  [CPU-BOUND: " + "; ".join(cpu["reasons"]) + "]" if cpu["cpu_bound"] else ""))
+            self.result["checks"][f"schedule_applied_{key}"] = False
+        used = out["tcp_congestion_used"]["sender"]
+        if cc and used and used != cc:
+            self.result["notes"].append(f"{key}: asked iperf3 for {cc}, the sender used {used}")
+        info(f"goodput {g:.2f} Mbit/s ({'completed' if out['completed'] else 'FAILED: ' + str(err)}; sender's "
+             f"congestion control {used or '?'}), RTT under load p50 {rtt.get('p50_ms')} ms p95 {rtt.get('p95_ms')} ms, "
+             f"cpu {cpu['total_busy_pct']}% (aggd {cpu['aggd_cpu_pct']})"
+             + ("  [CPU-BOUND: " + "; ".join(cpu["reasons"]) + "]" if cpu["cpu_bound"] else ""))
         if out["stall"]:
             for st in out["stall"]:
                 info(f"outage of {st['link']} at t={st['outage_at']}s: stall {st['stall_s']}s "
                      f"(goodput < 25% of the {st['before_mbit']} Mbit/s before), min 1 s goodput during the outage "
                      f"{st['min_goodput_during_mbit']} Mbit/s")
         return out
+
+    def idle_outage(self, o):
+        """An idle bond (probes only) loses a link: how long until the CPE reports it down
+        (aggd_link_up{link} = 0), and after it returns, until it is up again and sending.
+        The CPE's metrics are scraped every SCRAPE_IDLE_S throughout."""
+        name = o["link"]
+        down_s = float(o.get("down_s", 5))
+        step(f"Idle bond: link {name} dies for at least {down_s:g} s without traffic "
+             f"(CPE metrics scraped every {SCRAPE_IDLE_S:g} s)")
+        t0 = time.time()
+        watch = MetricsWatch(t0, SCRAPE_IDLE_S)
+        watch.start()
+        time.sleep(float(o.get("settle_s", 2)))
+        res = {"link": name, "scrape_interval_s": SCRAPE_IDLE_S}
+        before = watch.scrapes[-1]["up"].get(name) if watch.scrapes else None
+        res["link_up_before"] = before
+        t_a = time.time() - t0
+        self.topo.set_down(name, True)
+        t_down = time.time() - t0
+        res.update({"applied_at": round(t_a, 2), "effective_at": round(t_down, 2)})
+        # Down for down_s, longer (up to 15 s) until the CPE has noticed.
+        while time.time() - t0 < t_down + 15:
+            seen = first_scrape(watch.scrapes, t_down, lambda x: x["up"].get(name) == 0)
+            if seen and time.time() - t0 >= t_down + down_s:
+                break
+            time.sleep(0.05)
+        det = first_scrape(watch.scrapes, t_down, lambda x: x["up"].get(name) == 0)
+        self.topo.set_down(name, False)
+        t_up = time.time() - t0
+        res["restored_at"] = round(t_up, 2)
+        end = time.time() + 15
+        back = None
+        while time.time() < end:
+            back = first_scrape(watch.scrapes, t_up, lambda x: x["up"].get(name) == 1)
+            if back and watch.scrapes[-1]["t"] > back["t"] + 1:
+                break
+            time.sleep(0.05)
+        scrapes = watch.stop()
+        res["detect_s"] = round(det["t"] - t_down, 2) if det else None
+        res["return_s"] = round(back["t"] - t_up, 2) if back else None
+        if back:  # does it send again (probes at least)? the first later scrape with more bytes
+            tx0 = back["tx_bytes"].get(name)
+            more = first_scrape(scrapes, back["t"] - 1e-3, lambda x: (x["tx_bytes"].get(name) or 0) > (tx0 or 0))
+            res["tx_rising_s"] = round(more["t"] - t_up, 2) if more else None
+        res["scrapes"] = len(scrapes)
+        res["scrape_errors"] = watch.errors
+        res["scrape_took_s_max"] = max((x["took_s"] for x in scrapes), default=None)
+        res["series"] = [{"t": x["t"], "up": x["up"].get(name), "tx_bytes": x["tx_bytes"].get(name)}
+                         for x in scrapes]
+        info(f"{name} down at t={res['effective_at']}s: CPE reported it down after "
+             f"{res['detect_s'] if det else 'never (within 15 s)'} s; back at t={res['restored_at']}s: up again after "
+             f"{res['return_s'] if back else 'never (within 15 s)'} s, sending after {res.get('tx_rising_s')} s "
+             f"({len(scrapes)} scrapes, {watch.errors} failed, slowest {res['scrape_took_s_max']} s)")
+        return res
 
     @staticmethod
     def stall(fine, applied):
@@ -1204,13 +1468,17 @@ log:
         log(f"\n######## scenario {sc['name']}: {sc.get('description', '')}")
         remove_lab()
         os.makedirs(self.outdir, exist_ok=True)
-        self.result["congestion"] = CONGESTION or "default (cubic)"
-        if CONGESTION:
-            sh("modprobe", f"tcp_{CONGESTION}", check=False)
-            avail = open("/proc/sys/net/ipv4/tcp_available_congestion_control").read().split()
-            if CONGESTION not in avail:
-                raise LabError(f"LAB_CC={CONGESTION}: the kernel offers only {avail}")
-            info(f"TCP congestion control for every TCP test: {CONGESTION}")
+        ccs = congestion_list(sc)
+        self.result["congestion"] = ccs
+        self.result["congestion_source"] = "LAB_CC" if os.environ.get("LAB_CC", "").strip() else "scenario"
+        self.result["baseline_congestion"] = BASELINE_CC
+        avail = ensure_congestion(sorted(set(ccs + [BASELINE_CC])))
+        self.result["environment"]["tcp_available_congestion_control"] = avail
+        info(f"TCP congestion control: baselines {BASELINE_CC}; bond transfers {', '.join(ccs)} "
+             f"(each direction once per algorithm; the kernel offers {' '.join(avail)})")
+        self.result["configured_rates"] = configured_rates(sc)
+        self.result["configured_rates_source"] = ("LAB_CONFIGURED_RATES" if os.environ.get("LAB_CONFIGURED_RATES")
+                                                  is not None else "scenario")
         self.topo.build()
         self.result["idle_lab"] = self.idle("lab idle (no traffic, no aggd)")
         fl = threading.Thread(target=self.fluctuate, daemon=True)
@@ -1224,9 +1492,14 @@ log:
             target = self.vpn_setup(vpn)
         self.result["transfers"] = []
         for d in sc["transfer"]["directions"]:
-            self.result["transfers"].append(self.transfer(d, target=target, label=vpn or "bond"))
+            for cc in ccs:
+                lab = d if len(ccs) == 1 else f"{d}-{cc}"
+                self.result["transfers"].append(self.transfer(d, target=target, label=vpn or "bond", cc=cc,
+                                                              key=lab))
         if vpn:
             self.result["vpn"] = self.vpn_check(vpn, target)
+        if sc.get("idle_outages"):
+            self.result["idle_outages"] = [self.idle_outage(o) for o in sc["idle_outages"]]
         self.save_metrics()
         self.fluct_stop.set()
         self.summarize()
@@ -1243,11 +1516,13 @@ log:
         checks = r["checks"]
         for t in r["transfers"]:
             d = t["direction"]
+            key = t.get("label", d)
             ratio = round(t["goodput_mbit"] / sums[d], 3) if sums[d] else None
-            a = {"goodput_mbit": t["goodput_mbit"], "sum_of_baselines_mbit": sums[d],
+            a = {"direction": d, "congestion": t.get("congestion"), "goodput_mbit": t["goodput_mbit"],
+                 "sum_of_baselines_mbit": sums[d],
                  "best_single_link_mbit": max(b[d]["baseline_mbit"] for b in r["links"]),
                  "cpu_bound": t["cpu_bound"] or False,
-                 "rtt_under_load_ms": {k: t["rtt_under_load"].get(k) for k in ("avg_ms", "p95_ms", "max_ms")}}
+                 "rtt_under_load_ms": {k: t["rtt_under_load"].get(k) for k in ("avg_ms", "p50_ms", "p95_ms", "max_ms")}}
             if t["cpu_bound"]:
                 # Not a link result: the emulated CPU, not the links, set this figure.
                 a["verdict"] = "cpu-bound (the emulated CPU limited this run; not a link result)"
@@ -1258,28 +1533,36 @@ log:
                 a["ratio_to_sum_of_baselines"] = ratio
             if base_cpu:
                 a["note"] = "some baselines were CPU-bound; the sum of baselines understates the links"
-            r["aggregate"][d] = a
-            checks[f"transfer_completed_{d}"] = t["completed"]
+            r["aggregate"][key] = a
+            checks[f"transfer_completed_{key}"] = t["completed"]
             # A link carries traffic if, above its idle probe traffic, it carried at least
             # 5 % of what it gave one TCP flow alone.
             base = {b["name"]: b[d]["baseline_mbit"] for b in r["links"]}
             idle = [f"{n} ({v:.3f} of baseline {base[n]:.2f} Mbit/s)" for n, v in t["link_data_mbit"].items()
                     if v < 0.05 * base[n]]
             if sc.get("check_every_link", True):
-                checks[f"every_link_carried_traffic_{d}"] = not idle
+                checks[f"every_link_carried_traffic_{key}"] = not idle
             if idle:
-                r["notes"].append(f"{d}: links carrying < 5% of their baseline above probe traffic: {idle}")
+                r["notes"].append(f"{key}: links carrying < 5% of their baseline above probe traffic: {idle}")
             if t["stall"]:
-                checks[f"survived_outage_{d}"] = t["completed"]
-        r["failover"] = [dict(s, direction=t["direction"]) for t in r["transfers"] for s in t["stall"]]
+                checks[f"survived_outage_{key}"] = t["completed"]
+            t["failover_figures"] = failover_figures(t, base, sums)
+        r["failover"] = [dict(s, direction=t["direction"], transfer=t.get("label", t["direction"]),
+                              **{k: v for k, v in f.items() if k not in s})
+                         for t in r["transfers"] for s, f in zip(t["stall"], t["failover_figures"])]
         if "vpn" in r:
             checks["vpn_no_replay_drops"] = r["vpn"]["replay_drops"] == 0  # None (unknown) fails
         if sc.get("expect_cpu_bound"):
             r["notes"].append("this scenario measures the datapath's CPU ceiling: CPU-bound results are expected")
         r["must_show"] = control_figures(r, sc)
+        enforce, src = enforced_figures(sc)
+        r["must_show_enforced"] = {"figures": enforce, "source": src}
         for f in r["must_show"]:
-            if f["name"] in sc.get("enforce", []) and f["status"] in ("pass", "FAIL"):
-                checks[f"{f['name']}_{f['direction']}"] = f["status"] == "pass"
+            f["enforced"] = is_enforced(f["name"], enforce)
+            # A CPU-bound figure is not a control-plane result: it neither passes nor fails.
+            if f["enforced"] and f["status"] in ("pass", "FAIL"):
+                checks[f"must_show_{f['name']}_{f['transfer']}"] = f["status"] == "pass"
+        r["must_show_failed"] = [f"{f['name']} ({f['transfer']})" for f in r["must_show"] if f["status"] == "FAIL"]
         r["passed"] = all(checks.values())
 
 
@@ -1299,20 +1582,39 @@ def plot(result, path):
         return False
     fig, axes = plt.subplots(len(trs), 1, figsize=(11, 3.6 * len(trs)), squeeze=False)
     names = [b["name"] for b in result["links"]]
+    def smooth(ts, vs, dts, width=1.0):  # a trailing 1-s mean of finer samples
+        out = []
+        for i in range(len(ts)):
+            num = den = 0.0
+            j = i
+            while j >= 0 and ts[j] > ts[i] - width + 1e-6:
+                num += vs[j] * dts[j]
+                den += dts[j]
+                j -= 1
+            out.append(num / den if den else 0)
+        return out
+
     for ax, t in zip(axes[:, 0], trs):
         d = t["direction"]
-        ts = [s["t"] for s in t["series"]]
+        ser = t["series"]
+        ts = [s["t"] for s in ser]
+        dts = [s.get("dt") or 1.0 for s in ser]
         for n in names:
-            ax.plot(ts, [s["links_mbit"][n] for s in t["series"]], label=f"{n} (wire)", lw=1.2)
-        ax.plot(ts, [sum(s["links_mbit"].values()) for s in t["series"]], label="all links (wire)", lw=1.2,
+            ax.plot(ts, smooth(ts, [s["links_mbit"][n] for s in ser], dts), label=f"{n} (wire, 1 s)", lw=1.2)
+        ax.plot(ts, smooth(ts, [sum(s["links_mbit"].values()) for s in ser], dts), label="all links (wire)", lw=1.2,
                 ls=":", color="gray")
         fine = t.get("goodput_fine", [])
         if fine:
             ax.plot([x["t"] for x in fine], [x["mbit"] for x in fine], label="bond goodput (0.2 s)", color="black",
                     lw=0.8, alpha=0.5)
-        g = [(s["t"], s["goodput_mbit"]) for s in t["series"] if "goodput_mbit" in s]
-        if g:
-            ax.plot(*zip(*g), label="bond goodput (1 s)", color="black", lw=2)
+            ft = [x["t"] for x in fine]
+            ax.plot(ft, smooth(ft, [x["mbit"] for x in fine], [0.2] * len(ft)), label="bond goodput (1 s)",
+                    color="black", lw=2)
+        for e in t["events"]:
+            if e["action"] == "rate":
+                ax.axvline(e.get("effective_at", e["applied_at"]), color="purple", ls="--", lw=1)
+                ax.text(e.get("effective_at", e["applied_at"]), 0, f" {e['link']} {e['rate_mbit']} Mbit/s",
+                        color="purple", fontsize=8, va="bottom")
         ax.axhline(result["sum_of_baselines_mbit"][d], ls="--", color="green", lw=1,
                    label=f"sum of baselines {result['sum_of_baselines_mbit'][d]:.1f}")
         shown = False
@@ -1324,7 +1626,8 @@ def plot(result, path):
                 ax.text(e["applied_at"], ax.get_ylim()[1] * 0.95, f" {e['link']} down", color="red", fontsize=8, va="top")
                 shown = True
         cpu = t["cpu"]
-        title = (f"{result['scenario']} — {d}stream: goodput {t['goodput_mbit']:.2f} Mbit/s, "
+        title = (f"{result['scenario']} — {d}stream{' (' + t['congestion'] + ')' if t.get('congestion') else ''}: "
+                 f"goodput {t['goodput_mbit']:.2f} Mbit/s, "
                  f"cpu {cpu['total_busy_pct']}% (vCPUs {cpu['vcpu_busy_pct']})")
         if t["cpu_bound"]:
             title += "  [CPU-BOUND]"
@@ -1340,6 +1643,19 @@ def plot(result, path):
     return True
 
 
+def outdir_suffix(sc):
+    """Runs that override the scenario's congestion controls or configured rates from the
+    environment (comparisons) go to results/lab/<scenario>-<suffix>, not over its results."""
+    suf = ""
+    env = os.environ.get("LAB_CC", "").strip()
+    if env:
+        suf += "-" + "+".join(congestion_list(sc))
+    if os.environ.get("LAB_CONFIGURED_RATES") is not None and configured_rates(sc) != bool(
+            sc.get("configured_rates", False)):
+        suf += "-rates" if configured_rates(sc) else "-norates"
+    return suf
+
+
 def configured_rates(sc):
     """Whether aggd's config gets the links' rates (rate_up/rate_down, priors and caps).
     Off by default: aggd must measure the links itself. LAB_CONFIGURED_RATES=1 (or 0)
@@ -1350,116 +1666,270 @@ def configured_rates(sc):
     return bool(sc.get("configured_rates", False))
 
 
-# -- control-plane figures (issue #6's "must show"); reported, enforced only if the
-# scenario lists them under `enforce` --
+# -- control-plane figures (issue #6's "must show"); reported always, enforced (a failure
+# fails the scenario) only where enforcement is on: see enforced_figures() --
 
-SPLIT_TOLERANCE = 0.10  # share points: "converged" = every later sample within this of the steady share
+SPLIT_TOLERANCE = 0.10  # share points: "converged" = every later window within this of the steady share
+USED_SHARE = 0.05  # a link carrying at least this share of a transfer's bytes is "used"
 
 
-def shares_series(t):
-    """Per-sample link shares of a transfer (samples where the links carried anything)."""
+def window_shares(t, field, width=None):
+    """[(t, {link: share}, total Mbit/s)] at each sample of transfer t: each link's share of
+    the bytes in `field` (links_mbit = delivered, links_offered_mbit = offered) over the
+    samples of the last `width` seconds (a sliding window)."""
+    width = width or SHARE_WINDOW_S
+    ser = t["series"]
     out = []
-    for s in t["series"]:
-        tot = sum(s["links_mbit"].values())
+    for i, s in enumerate(ser):
+        acc, span = {}, 0.0
+        j = i
+        while j >= 0 and ser[j]["t"] > s["t"] - width + 1e-6:
+            dt = ser[j].get("dt") or 1.0
+            for n, v in (ser[j].get(field) or ser[j]["links_mbit"]).items():
+                acc[n] = acc.get(n, 0.0) + v * dt
+            span += dt
+            j -= 1
+        tot = sum(acc.values())
         if tot > 0:
-            out.append((s["t"], {n: v / tot for n, v in s["links_mbit"].items()}))
+            out.append((s["t"], {n: v / tot for n, v in acc.items()}, tot / span))
     return out
 
 
-def split_settled(series, t_from, t_to):
-    """Seconds from t_from until each link's share stays within SPLIT_TOLERANCE of its
-    steady share (its mean share over the second half of [t_from, t_to]); None if never."""
-    win = [(t, sh) for t, sh in series if t_from < t <= t_to]
-    if len(win) < 4:
-        return None
-    tail = win[len(win) // 2:]
-    steady = {n: sum(sh[n] for _, sh in tail) / len(tail) for n in tail[0][1]}
+def steady_shares(t, t_from, t_to):
+    """Each link's share of the bytes the links delivered over the second half of
+    (t_from, t_to]: the split the links settled at."""
+    half = t_from + (t_to - t_from) / 2
+    acc = {}
+    for s in t["series"]:
+        if half < s["t"] <= t_to:
+            for n, v in s["links_mbit"].items():
+                acc[n] = acc.get(n, 0.0) + v * (s.get("dt") or 1.0)
+    tot = sum(acc.values())
+    return {n: v / tot for n, v in acc.items()} if tot > 0 else None
+
+
+def split_settled(t, t_from, t_to):
+    """(seconds, detail): from t_from until the share of the bytes aggd offered each link
+    (SHARE_WINDOW_S windows) comes within SPLIT_TOLERANCE of the link's steady share and
+    stays there until t_to. seconds is None if it never settles; detail None if the
+    window has too few samples to say."""
+    steady = steady_shares(t, t_from, t_to)
+    win = [(x, sh) for x, sh, _ in window_shares(t, "links_offered_mbit") if t_from < x <= t_to]
+    if steady is None or len(win) < 4:
+        return None, None
     settled = None
-    for t, sh in win:
-        ok = all(abs(sh[n] - steady[n]) <= SPLIT_TOLERANCE for n in steady)
-        if ok and settled is None:
-            settled = t
-        elif not ok:
+    worst = 0.0
+    for x, sh in win:
+        dev = max(abs(sh.get(n, 0) - steady[n]) for n in steady)
+        if dev <= SPLIT_TOLERANCE:
+            if settled is None:
+                settled = x
+        else:
             settled = None
-    return None if settled is None else round(max(0.0, settled - t_from), 1)
+        worst = dev
+    detail = {"steady_share": {n: round(v, 3) for n, v in steady.items()}, "from_s": round(t_from, 2),
+              "to_s": round(t_to, 2), "last_window_deviation": round(worst, 3)}
+    return (None if settled is None else round(max(0.0, settled - t_from), 2)), detail
+
+
+def event_time(e, d=None):
+    """When a schedule change took effect (older results: when it was started)."""
+    return (e.get("effective_at_dir") or {}).get(d) or e.get("effective_at") or e["applied_at"]
+
+
+def failover_figures(t, base, sums):
+    """Per outage of a link carrying traffic: recovery (goodput back to 90 % of the other
+    links' baselines), detection (CPE's aggd_link_up -> 0) and return (the link's share of
+    delivered bytes back to >= 5 % after it comes back)."""
+    d = t["direction"]
+    fine = [(x["t"], x["mbit"]) for x in t.get("goodput_fine", [])]
+    evs = t["events"]
+    out = []
+    for e in evs:
+        if e["action"] != "down" or e.get("flap"):
+            continue
+        name, t_out = e["link"], event_time(e)
+        up = next((x for x in evs if x["action"] == "up" and x["link"] == name and x["applied_at"] > e["applied_at"]),
+                  None)
+        t_up = event_time(up) if up else t["seconds"]
+        remaining = sum(v for n, v in base.items() if n != name)
+        want = 0.9 * remaining
+        rec = None
+        starts = sorted({round(x - 0.2, 2) for x, _ in fine if x - 0.2 >= t_out - 0.01 and x - 0.2 + 1.0 <= t_up})
+        for a in starts:
+            g = goodput_between(fine, a, a + 1.0)
+            if g is not None and g >= want:
+                rec = round(a - t_out, 2)
+                break
+        during = goodput_between(fine, t_out, t_up)
+        f = {"link": name, "effective_at": t_out, "restored_effective_at": t_up if up else None,
+             "remaining_baselines_mbit": round(remaining, 3),
+             "goodput_during_mbit": round(during, 3) if during is not None else None,
+             "recovery_s": rec, "want_mbit": round(want, 3)}
+        scr = t.get("cpe_link_up") or []
+        det = first_scrape(scr, t_out, lambda x: x["up"].get(name) == 0)
+        f["detect_s"] = round(det["t"] - t_out, 2) if det else None
+        f["scrapes"] = len(scr)
+        ret = None
+        if up:
+            for x, sh, _ in window_shares(t, "links_mbit"):
+                if x > t_up and sh.get(name, 0) >= USED_SHARE:
+                    ret = round(x - t_up, 2)
+                    break
+        f["return_s"] = ret
+        back = first_scrape(scr, t_up, lambda x: x["up"].get(name) == 1) if up else None
+        f["link_up_again_s"] = round(back["t"] - t_up, 2) if back else None
+        out.append(f)
+    return out
 
 
 def control_figures(r, sc):
-    """The control plane's figures per transfer: goodput against the sum of baselines and
-    the best link, split convergence, RTT under load against the slowest used link's
-    idle RTT, and after a rate step, how soon the split followed."""
+    """The control plane's figures per transfer (issue #6): goodput against the sum of
+    baselines and the best link, split convergence, RTT under load against the slowest
+    used link's idle RTT, how soon the split follows a rate step, failover recovery,
+    detection and return; and an idle link's detection and return."""
     figs = []
     target = sc.get("target_ratio")
     idle_rtt = {b["name"]: (b.get("idle_rtt") or {}).get("p50_ms") for b in r["links"]}
 
-    def add(name, value, limit, unit, ok, cpu_bound=False, direction=None):
-        status = "n/a" if value is None else ("cpu-bound" if cpu_bound else ("pass" if ok else "FAIL"))
-        figs.append({"name": name, "direction": direction, "value": value, "limit": limit, "unit": unit,
-                     "status": status})
+    def add(name, value, limit, unit, ok, cpu_bound=False, transfer=None, status=None, **extra):
+        if status is None:
+            status = "n/a" if value is None else ("cpu-bound" if cpu_bound else ("pass" if ok else "FAIL"))
+        f = {"name": name, "direction": transfer["direction"] if transfer else None,
+             "congestion": transfer.get("congestion") if transfer else None,
+             "transfer": transfer.get("label", transfer["direction"]) if transfer else "idle",
+             "value": value, "limit": limit, "unit": unit, "status": status}
+        f.update(extra)
+        figs.append(f)
 
     for t in r.get("transfers", []):
         d, cpu = t["direction"], bool(t["cpu_bound"])
-        a = r["aggregate"].get(d, {})
+        a = r["aggregate"].get(t.get("label", d), {})
         ratio = a.get("ratio_to_sum_of_baselines") or a.get("ratio_cpu_bound")
         if target and ratio is not None:
-            add("goodput_vs_sum_of_baselines", ratio, target, "ratio", ratio >= target, cpu, d)
+            add("goodput_vs_sum_of_baselines", ratio, target, "ratio", ratio >= target, cpu, t)
         best = a.get("best_single_link_mbit")
         if best:
             add("goodput_vs_best_link", round(t["goodput_mbit"] / best, 3), 1.0, "ratio",
-                t["goodput_mbit"] >= best, cpu, d)
-        series = shares_series(t)
-        rate_evs = [e for e in t["events"] if e["action"] == "rate"]
-        first_change = min((e["applied_at"] for e in t["events"]), default=t["seconds"])
-        conv = split_settled(series, 0, first_change)
-        add("split_converged_s", conv, 5, "s", conv is not None and conv <= 5, cpu, d)
-        for e in rate_evs:
-            nxt = min((x["applied_at"] for x in t["events"] if x["applied_at"] > e["applied_at"]), default=t["seconds"])
-            f = split_settled(series, e["applied_at"], nxt)
-            add(f"split_followed_rate_step_{e['link']}_s", f, 2, "s", f is not None and f <= 2, cpu, d)
-        used = [n for n, v in t.get("link_share", {}).items() if v >= 0.05 and idle_rtt.get(n) is not None]
-        rtt = t["rtt_under_load"].get("p50_ms")
-        if used and rtt is not None:
-            base = max(idle_rtt[n] for n in used)
-            add("rtt_under_load_p50_above_slowest_used_link_ms", round(rtt - base, 1), 30, "ms",
-                rtt - base <= 30, cpu, d)
-    for f in r.get("failover", []):
-        add(f"failover_stall_{f['link']}_s", f["stall_s"], 1, "s", f["stall_s"] <= 1, False, f["direction"])
+                t["goodput_mbit"] >= best, cpu, t)
+        evs = t["events"]
+        first_change = min((event_time(e) for e in evs), default=t["seconds"])
+        conv, det = split_settled(t, t.get("flow_start_s", 0), first_change)
+        add("split_converged_s", conv, 5, "s", conv is not None and conv <= 5, cpu, t,
+            status=None if det is None or conv is not None else ("cpu-bound" if cpu else "FAIL"), detail=det)
+        for e in evs:
+            if e["action"] != "rate" or (e.get("dir", "both") not in ("both", d)):
+                continue
+            te = event_time(e, d)
+            nxt = min((event_time(x) for x in evs if x is not e and event_time(x) > te), default=t["seconds"])
+            f, det = split_settled(t, te, nxt)
+            add(f"split_followed_rate_step_{e['link']}_s", f, 2, "s", f is not None and f <= 2, cpu, t,
+                status=None if det is None or f is not None else ("cpu-bound" if cpu else "FAIL"), detail=det)
+        used = [n for n, v in t.get("link_share", {}).items() if v >= USED_SHARE and idle_rtt.get(n) is not None]
+        rtt = t["rtt_under_load"]
+        if used and rtt.get("p50_ms") is not None:
+            slow = max(used, key=lambda n: idle_rtt[n])
+            base = idle_rtt[slow]
+            add("rtt_under_load_p50_above_slowest_used_link_ms", round(rtt["p50_ms"] - base, 1), 30, "ms",
+                rtt["p50_ms"] - base <= 30, cpu, t, p50_ms=rtt["p50_ms"], p95_ms=rtt.get("p95_ms"),
+                p95_above_ms=round(rtt["p95_ms"] - base, 1) if rtt.get("p95_ms") is not None else None,
+                slowest_used_link=slow, its_idle_rtt_ms=base, pings=rtt.get("samples"))
+        for f in t.get("failover_figures", []):
+            never = f["recovery_s"] is None
+            add(f"failover_recovery_{f['link']}_s", f["recovery_s"], 1, "s", not never and f["recovery_s"] <= 1, cpu, t,
+                status=("cpu-bound" if cpu else "FAIL") if never else None,
+                note=(f"goodput not back to 90% of the other links' baselines ({f['want_mbit']} Mbit/s) "
+                      f"during the outage; it averaged {f['goodput_during_mbit']} Mbit/s") if never else None,
+                goodput_during_mbit=f["goodput_during_mbit"], want_mbit=f["want_mbit"])
+            add(f"failover_detect_{f['link']}_s", f["detect_s"], None, "s", True, cpu, t,
+                status="info" if f["detect_s"] is not None else "n/a",
+                note="CPE's aggd_link_up went to 0 (under load; no limit in the issue)")
+            if f["restored_effective_at"] is not None:
+                add(f"link_return_{f['link']}_s", f["return_s"], 3, "s", f["return_s"] is not None and f["return_s"] <= 3,
+                    cpu, t, status=("cpu-bound" if cpu else "FAIL") if f["return_s"] is None else None,
+                    link_up_again_s=f["link_up_again_s"])
+    for o in r.get("idle_outages", []):
+        ok = o["detect_s"] is not None
+        add(f"idle_link_detect_{o['link']}_s", o["detect_s"], 1, "s", ok and o["detect_s"] <= 1,
+            status=None if ok else "FAIL", scrape_interval_s=o["scrape_interval_s"])
+        ok = o["return_s"] is not None
+        add(f"idle_link_return_{o['link']}_s", o["return_s"], 3, "s", ok and o["return_s"] <= 3,
+            status=None if ok else "FAIL", tx_rising_s=o.get("tx_rising_s"))
     return figs
+
+
+def enforced_figures(sc):
+    """Which must-show figures fail the scenario when they fail: LAB_ENFORCE=1 (or
+    `--enforce`) all of them, LAB_ENFORCE=0 none, unset: the scenario's `enforce` list
+    (figure names or name prefixes; "all"). The default scenarios list none."""
+    env = os.environ.get("LAB_ENFORCE")
+    if env is not None and env.strip() != "":
+        if env.strip().lower() in ("0", "no", "false", "none"):
+            return [], "LAB_ENFORCE=0"
+        if env.strip().lower() in ("1", "yes", "true", "all"):
+            return ["all"], "LAB_ENFORCE=1"
+        return [x.strip() for x in env.split(",") if x.strip()], "LAB_ENFORCE"
+    return list(sc.get("enforce", [])), "scenario"
+
+
+def is_enforced(name, enforce):
+    return "all" in enforce or any(name == e or name.startswith(e) for e in enforce)
+
+
+def fmt_value(f):
+    v = f["value"]
+    if v is None:
+        return f"never{' (' + f['note'] + ')' if f.get('note') else ''}" if f["status"] == "FAIL" else "-"
+    return f"{v} {f['unit']}"
 
 
 def print_summary(r):
     step(f"Summary of {r['scenario']} (Mbit/s; baselines: one TCP flow per link without the tunnel)")
-    row = "    {:<8} {:>9} {:>9} | {:>9} {:>9} | {:>11} {:>11}"
-    log(row.format("link", "rate up", "rate dn", "base up", "base dn", "share up", "share dn"))
-    tr = {t["direction"]: t for t in r.get("transfers", [])}
+    trs = r.get("transfers", [])
+    keys = [t.get("label", t["direction"]) for t in trs]
+    row = "    {:<8} {:>9} {:>9} | {:>9} {:>9} |" + " {:>12}" * len(keys)
+    log(row.format("link", "rate up", "rate dn", "base up", "base dn", *[f"share {k}" for k in keys]))
     for b in r["links"]:
         log(row.format(b["name"], b["up"]["rate_mbit"], b["down"]["rate_mbit"], f"{b['up']['baseline_mbit']:.2f}",
                        f"{b['down']['baseline_mbit']:.2f}",
-                       f"{100 * tr['up']['link_share'][b['name']]:.0f}%" if "up" in tr else "-",
-                       f"{100 * tr['down']['link_share'][b['name']]:.0f}%" if "down" in tr else "-"))
-    for d, a in r.get("aggregate", {}).items():
+                       *[f"{100 * t['link_share'][b['name']]:.0f}%" for t in trs]))
+    for k, a in r.get("aggregate", {}).items():
         ratio = a["ratio_to_sum_of_baselines"]
-        log(f"    {d:>4}: bond goodput {a['goodput_mbit']:.2f} vs sum of baselines {a['sum_of_baselines_mbit']:.2f} "
+        rt = a["rtt_under_load_ms"]
+        log(f"    {k:>10}: bond goodput {a['goodput_mbit']:.2f} vs sum of baselines {a['sum_of_baselines_mbit']:.2f} "
             f"(best link {a['best_single_link_mbit']:.2f}) -> "
             + (f"ratio {ratio:.2f}" if ratio is not None else f"CPU-BOUND, not a link result (ratio would be {a['ratio_cpu_bound']})")
-            + f"; RTT under load avg {a['rtt_under_load_ms']['avg_ms']} p95 {a['rtt_under_load_ms']['p95_ms']} ms")
+            + f"; RTT under load p50 {rt.get('p50_ms')} p95 {rt.get('p95_ms')} ms")
     for f in r.get("failover", []):
-        log(f"    failover ({f['direction']}): {f['link']} down at {f['outage_at']}s, back at {f['restored_at']}s: "
-            f"stall {f['stall_s']} s, goodput during outage avg {f['avg_goodput_during_mbit']} Mbit/s")
+        log(f"    failover ({f.get('transfer', f['direction'])}): {f['link']} down at {f['outage_at']}s, back at "
+            f"{f['restored_at']}s: stall {f['stall_s']} s, goodput during outage avg {f['avg_goodput_during_mbit']} "
+            f"Mbit/s (other links' baselines {f.get('remaining_baselines_mbit')})")
+    for o in r.get("idle_outages", []):
+        log(f"    idle outage of {o['link']}: CPE reported it down after {o['detect_s']} s, up again "
+            f"{o['return_s']} s after it returned")
     if "vpn" in r:
         v = r["vpn"]
         log(f"    {v['kind']}: replay drops {v['replay_drops']}, paced UDP loss {v['udp_lost_packets']}/{v['udp_packets']}")
-    log(f"    TCP congestion control: {r.get('congestion', 'default (cubic)')}")
+    log(f"    TCP congestion control: bond transfers {', '.join(r.get('congestion') or ['?'])}"
+        f" ({r.get('congestion_source', '?')}), baselines {r.get('baseline_congestion', '?')}")
     cr = r.get("configured_rates")
-    log(f"    link rates in aggd's config: {'yes (priors and caps)' if cr else 'no (aggd measured them)'}")
+    log(f"    link rates in aggd's config: {'yes (priors and caps)' if cr else 'no (aggd measured them)'}"
+        f" ({r.get('configured_rates_source', '?')})")
+    enf = r.get("must_show_enforced", {})
+    log(f"    must-show figures (issue #6; enforced: {', '.join(enf.get('figures') or []) or 'none'}, "
+        f"from {enf.get('source', '?')}):")
     for f in r.get("must_show", []):
-        lim = f"<= {f['limit']}" if f["unit"] in ("s", "ms") else f">= {f['limit']}"
-        log(f"    {f['status']:>9}  {f['name']} ({f['direction']}): {f['value']} {f['unit']} (want {lim})")
+        lim = "" if f["limit"] is None else (f"<= {f['limit']}" if f["unit"] in ("s", "ms") else f">= {f['limit']}")
+        st = f["status"] + ("" if f["status"] != "FAIL" else (" (enforced)" if f.get("enforced") else " (not enforced)"))
+        log(f"    {st:>20}  {f['name']} [{f['transfer']}]: {fmt_value(f)}" + (f" (want {lim})" if lim else ""))
     for k, v in r["checks"].items():
         log(f"    check {k}: {'ok' if v else 'FAILED'}")
     for n in r["notes"]:
         log(f"    note: {n}")
-    log(f"    result: {'PASS' if r['passed'] else 'FAIL'}; wall {r.get('wall_s')} s")
+    failed = r.get("must_show_failed") or []
+    log(f"    result: {'PASS' if r['passed'] else 'FAIL'}"
+        + (f"; must-show FAIL: {len(failed)} ({', '.join(failed)})" if failed else "; must-show: no FAIL")
+        + f"; wall {r.get('wall_s')} s")
 
 
 def run_scenario(arg, live=True, demo=False):
@@ -1555,11 +2025,22 @@ def selftest():
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
+    def run_opts(p):
+        p.add_argument("--configured-rates", action=argparse.BooleanOptionalAction, default=None,
+                       help="write the links' rates into aggd's config (= LAB_CONFIGURED_RATES=1/0; "
+                            "default: the scenario's configured_rates, false)")
+        p.add_argument("--cc", help="TCP congestion controls for the bond transfers, e.g. cubic,bbr "
+                                    "(= LAB_CC; default: the scenario's congestion, [cubic])")
+        p.add_argument("--enforce", action=argparse.BooleanOptionalAction, default=None,
+                       help="fail the scenario on any failed must-show figure (= LAB_ENFORCE=1/0; "
+                            "default: the scenario's enforce list)")
     p = sub.add_parser("run")
     p.add_argument("scenarios", nargs="+")
-    sub.add_parser("suite")
+    run_opts(p)
+    run_opts(sub.add_parser("suite"))
     p = sub.add_parser("demo")
     p.add_argument("scenario", nargs="?", default="soho")
+    run_opts(p)
     sub.add_parser("list")
     sub.add_parser("selftest")
     p = sub.add_parser("plot")
@@ -1593,6 +2074,12 @@ def main():
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
 
+    if getattr(a, "configured_rates", None) is not None:
+        os.environ["LAB_CONFIGURED_RATES"] = "1" if a.configured_rates else "0"
+    if getattr(a, "cc", None):
+        os.environ["LAB_CC"] = a.cc
+    if getattr(a, "enforce", None) is not None:
+        os.environ["LAB_ENFORCE"] = "1" if a.enforce else "0"
     if a.cmd == "selftest":
         return selftest()
     if a.cmd == "suite":
@@ -1616,7 +2103,11 @@ def main():
             r = run_scenario(n, demo=(a.cmd == "demo"))
             results.append({"scenario": n, "passed": r.get("passed"), "wall_s": round(time.time() - t1, 1),
                             "error": r.get("error"), "aggregate": r.get("aggregate"), "checks": r.get("checks"),
-                            "failover": r.get("failover"), "vpn": r.get("vpn")})
+                            "failover": r.get("failover"), "vpn": r.get("vpn"),
+                            "configured_rates": r.get("configured_rates"), "congestion": r.get("congestion"),
+                            "must_show": [{k: f[k] for k in ("name", "transfer", "value", "limit", "unit", "status",
+                                                             "enforced")} for f in r.get("must_show", [])],
+                            "must_show_failed": r.get("must_show_failed", [])})
     except KeyboardInterrupt:
         log("\ninterrupted: cleaning up")
         remove_lab()
@@ -1632,6 +2123,13 @@ def main():
                 for d, a in ag.items())
             log(f"    {r['scenario']:<12} {'PASS' if r['passed'] else 'FAIL'}  {r['wall_s']:6.1f}s  {figs}"
                 + (f"  error: {r['error']}" if r.get("error") else ""))
+            for k, v in (r.get("checks") or {}).items():
+                if not v:
+                    log(f"        check FAILED: {k}")
+            for f in r.get("must_show", []):
+                if f["status"] == "FAIL":
+                    log(f"        must-show FAIL ({'enforced' if f['enforced'] else 'not enforced'}): {f['name']} "
+                        f"[{f['transfer']}] = {f['value']} {f['unit']} (limit {f['limit']})")
         os.makedirs(RESULTS, exist_ok=True)
         with open(os.path.join(RESULTS, "summary.json"), "w") as f:
             json.dump({"wall_s": total, "scenarios": results}, f, indent=1)
