@@ -243,8 +243,10 @@ func (e *Estimator) Update(s Sample) {
 			e.rate = e.kf.x
 		}
 		policed = true
-	case sent >= loadedFrac*e.rate:
+	case sent >= loadedFrac*e.rate || !e.startup && e.hasRoom(s) && sent >= busyFrac*e.rate:
 		// It took what it was given without queueing: it has room, or at least this.
+		// (While another link queues, the sender is held back by that link, so this one
+		// is given less than its rate; it still has room, and must grow to take over.)
 		e.phase = PhaseProbing
 		e.kf.raise(delivered)
 		if e.startup {
@@ -297,6 +299,12 @@ func (e *Estimator) saturated(s Sample) bool {
 // target, or clearly above the least-queued link's.
 func (e *Estimator) bondQueueing(s Sample) bool {
 	return s.MostQueue > e.cfg.QueueTarget || s.MostQueue > s.LeastQueue+relativeQueue
+}
+
+// hasRoom tells whether another link of the bond queues while this one has no queue
+// at all: the sender is held back by that link.
+func (e *Estimator) hasRoom(s Sample) bool {
+	return s.HaveQueue && e.queue <= relativeQueue && e.bondQueueing(s)
 }
 
 // given is the rate the link can be expected to have been given when it is busy: its
