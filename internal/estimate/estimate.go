@@ -29,6 +29,7 @@ package estimate
 
 import (
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -149,8 +150,9 @@ type Estimator struct {
 	cfg     Config
 	startup bool // no prior, no queue seen yet: double while loaded
 	streak  int  // periods in a row spent probing
-	// aboveLast: the previous period's queue was clearly above the least-queued link's.
-	aboveLast bool
+	// aboveBits: bit i set = the queue of the sample i samples ago was clearly above
+	// the least-queued link's (the last three samples).
+	aboveBits uint8
 	// policedLast: the previous period lost much of what it was sent, without a queue.
 	policedLast bool
 	kf          kalman
@@ -286,13 +288,17 @@ func (e *Estimator) saturated(s Sample) bool {
 	if e.queue > e.cfg.QueueTarget {
 		return true
 	}
-	// The relative sign must hold two periods running: one period's minimum on a
-	// jittery link can sit a millisecond above its floor by chance.
+	// The relative sign must hold in two of the last three samples, this one included:
+	// one sample's minimum on a jittery link can sit a millisecond above its floor by
+	// chance, and a saturated link behind a token bucket alternates between a standing
+	// queue and an emptied one.
 	above := e.queue > s.LeastQueue+relativeQueue+s.Jitter/2 &&
 		float64(s.Sent)*8/s.Interval.Seconds() >= busyFrac*e.given()
-	twice := above && e.aboveLast
-	e.aboveLast = above
-	return twice
+	e.aboveBits = (e.aboveBits << 1) & 0b111
+	if above {
+		e.aboveBits |= 1
+	}
+	return above && bits.OnesCount8(e.aboveBits) >= 2
 }
 
 // bondQueueing tells whether some link of the bond has a standing queue: above the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,9 @@ func TestSingleTCPFlowUsesAllLinks(t *testing.T) {
 }
 
 // Without configured rates, aggd measures the links: from 2 s into the flow, its split
-// follows their capacities (10/30/60 Mbit/s) to within 5 points of the packets.
+// follows their capacities (10/30/60 Mbit/s) to within 10 points of the packets (3 or
+// less in the runs recorded in BENCHMARKS.md; the margin is for a loaded CI machine),
+// and the bond beats the best link alone (60 Mbit/s).
 func TestSingleTCPFlowMeasuresTheLinks(t *testing.T) {
 	n := newTopology(t)
 	b := startBondWith(t, n, bondOptions{noRates: true})
@@ -33,8 +36,9 @@ func TestSingleTCPFlowMeasuresTheLinks(t *testing.T) {
 }
 
 // singleFlowOverAllLinks runs one TCP flow each way and checks the goodput and each
-// link's share of the packets: at least minShare, or, if minShare < 0, within 5 points
-// of the link's share of the capacity.
+// link's share of the packets: at least minShare; or, if minShare < 0 (links measured,
+// not configured), within 10 points of the link's share of the capacity, and a goodput
+// above the best link's rate.
 func singleFlowOverAllLinks(t *testing.T, n *testnet.Net, b *bond, minShare float64) {
 	startIperfServer(t, n)
 	var capacity float64
@@ -90,9 +94,13 @@ func singleFlowOverAllLinks(t *testing.T, n *testnet.Net, b *bond, minShare floa
 					continue
 				}
 				want := float64(uplinkRates[linkIndex(t, link)]) / capacity
-				if math.Abs(share-want) > 0.05 {
+				t.Logf("  link %s: share of the capacity %.1f%%, %.1f points off", link, 100*want, 100*math.Abs(share-want))
+				if math.Abs(share-want) > 0.10 {
 					t.Errorf("link %s carried %.1f%% of the packets, its share of the capacity is %.1f%%", link, 100*share, 100*want)
 				}
+			}
+			if best := float64(slices.Max(uplinkRates)) * 1e6; minShare < 0 && bps <= best {
+				t.Errorf("%s goodput %.1f Mbit/s is not above the best link's %.0f Mbit/s", dir.name, bps/1e6, best/1e6)
 			}
 		})
 	}
