@@ -182,6 +182,14 @@ struct aggd_sched_choice {
 	__u64 dup_tx_ns;  /* what to charge dup */
 };
 
+/* Expected arrival of a packet sent on link i now: the end of its virtual queue
+ * (or now), its transmission time, and the link's base one-way delay. */
+static __always_inline __u64 aggd_sched_arrival(const __u64 *backlog_end, const struct aggd_sched_links *ls,
+						__u32 i, __u64 now)
+{
+	return aggd_sched_start(now, backlog_end[i]) + ls->tx_ns[i] + (__u64)ls->owd_us[i] * 1000;
+}
+
 /*
  * Choose the link for the packet: the allowed usable link with the earliest
  * expected arrival, ties to the lowest slot. If that link is suspect, choose
@@ -202,7 +210,7 @@ static __always_inline void aggd_sched_pick(const __u64 *backlog_end, const stru
 #pragma clang loop unroll(disable)
 	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
 		__u64 cand = aggd_nz64(ls->cls[i] & allowed);
-		__u64 at = aggd_sched_start(now, backlog_end[i]) + ls->tx_ns[i] + (__u64)ls->owd_us[i] * 1000;
+		__u64 at = aggd_sched_arrival(backlog_end, ls, i, now);
 		__u64 better = aggd_lt64(aggd_sel64(cand, at, AGGD_SCHED_NEVER), best_at);
 
 		best_at = aggd_sel64(better, at, best_at);
@@ -220,7 +228,7 @@ static __always_inline void aggd_sched_pick(const __u64 *backlog_end, const stru
 	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
 		__u64 cand = ((ls->usable & ls->sendable) >> i) & aggd_nz64(i ^ best) & 1;
 		__u64 tier = 2 * ((ls->suspect >> i) & 1) + (aggd_nz64(ls->cls[i] & allowed) ^ 1);
-		__u64 at = aggd_sched_start(now, backlog_end[i]) + ls->tx_ns[i] + (__u64)ls->owd_us[i] * 1000;
+		__u64 at = aggd_sched_arrival(backlog_end, ls, i, now);
 		/* tier above arrival: one key orders both (arrivals < 2^60). */
 		__u64 key = (tier << 60) + at;
 		__u64 better = aggd_lt64(aggd_sel64(cand, key, AGGD_SCHED_NEVER), d_key);
