@@ -29,6 +29,7 @@ type headendWatch struct {
 	router  fallback.Router
 	cpe     *tunnel.CPE
 	direct  bool
+	uplink  config.Uplink // the uplink direct traffic leaves by, and its exit
 	exit    fallback.Exit
 }
 
@@ -86,7 +87,7 @@ func (w *headendWatch) check() {
 	}
 	switch {
 	case !w.direct && silent > w.cfg.DirectAfter:
-		exit, err := w.chooseExit()
+		u, exit, err := w.chooseExit()
 		if err == nil {
 			err = w.router.Direct(exit)
 		}
@@ -95,7 +96,7 @@ func (w *headendWatch) check() {
 				"silent", silent.Round(time.Second), "err", err)
 			return
 		}
-		w.direct, w.exit = true, exit
+		w.direct, w.uplink, w.exit = true, u, exit
 		w.m.FallbackDirect.Set(1)
 		w.m.FallbackTransitions.WithLabelValues("direct").Inc()
 		w.log.Warn("headend silent: new LAN connections now leave directly (NAT to the uplink's address)",
@@ -118,14 +119,15 @@ func (w *headendWatch) check() {
 // the interface goes down). Connections already direct through the old uplink keep its
 // address and break; new ones work.
 func (w *headendWatch) keepExit() {
-	exit, err := usableExit(w.uplinkNamed(w.exit.Interface))
+	exit, err := usableExit(w.uplink)
 	if err == nil && exit == w.exit {
 		if err := w.router.Refresh(exit); err != nil {
 			w.log.Warn("cannot refresh the direct route", "via", exit.Interface, "err", err)
 		}
 		return
 	}
-	if exit, err = w.chooseExit(); err == nil {
+	u, exit, err := w.chooseExit()
+	if err == nil {
 		err = w.router.Direct(exit)
 	}
 	if err != nil {
@@ -133,22 +135,13 @@ func (w *headendWatch) keepExit() {
 		return
 	}
 	w.log.Warn("direct traffic moved to another uplink", "from", w.exit.Interface, "to", exit.Interface, "gateway", exit.Gateway)
-	w.exit = exit
-}
-
-func (w *headendWatch) uplinkNamed(ifname string) config.Uplink {
-	for _, u := range w.uplinks {
-		if u.Interface == ifname {
-			return u
-		}
-	}
-	return config.Uplink{Interface: ifname}
+	w.uplink, w.exit = u, exit
 }
 
 // chooseExit picks the uplink for direct traffic: the first primary uplink (in config
 // order) that has carrier, an IPv4 address and a next hop (its configured gateway, the
 // gateway of a default route on it, or none on a point-to-point link); then the others.
-func (w *headendWatch) chooseExit() (fallback.Exit, error) {
+func (w *headendWatch) chooseExit() (config.Uplink, fallback.Exit, error) {
 	var errs []error
 	for _, primary := range []bool{true, false} {
 		for _, u := range w.uplinks {
@@ -157,12 +150,12 @@ func (w *headendWatch) chooseExit() (fallback.Exit, error) {
 			}
 			exit, err := usableExit(u)
 			if err == nil {
-				return exit, nil
+				return u, exit, nil
 			}
 			errs = append(errs, fmt.Errorf("%s: %w", u.Name, err))
 		}
 	}
-	return fallback.Exit{}, fmt.Errorf("no uplink can carry direct traffic: %w", errors.Join(errs...))
+	return config.Uplink{}, fallback.Exit{}, fmt.Errorf("no uplink can carry direct traffic: %w", errors.Join(errs...))
 }
 
 func usableExit(u config.Uplink) (fallback.Exit, error) {
