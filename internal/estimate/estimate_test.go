@@ -91,27 +91,15 @@ func TestWrongPriorsAreCorrected(t *testing.T) {
 // When a link's capacity doubles (LTE), probing finds the new capacity and the split
 // follows within 3 s.
 func TestSplitFollowsCapacityIncrease(t *testing.T) {
-	links := soho()
-	links[2].rate /= 2
-	s := newSim(links, nil)
-	s.run(15 * time.Second)
-	links[2].rate *= 2
-	s.run(15 * time.Second)
-	want := capacityShares(links)
-	at := s.splitSettledAt(15*time.Second, want, settleTolerance)
-	split, _ := s.split(20*time.Second, 30*time.Second)
-	t.Logf("after the step up at 15 s: split %.3f (capacities %.3f), settled at %v", split, want, at)
-	if at < 0 || at-15*time.Second > 3*time.Second {
-		t.Errorf("split did not follow the capacity increase within 3 s (settled at %v, step at 15s)", at)
-	}
+	checkStep(t, 2, 3*time.Second)
 }
 
 // Equal links share equally. (The simulated sender loses a little more to the bond
-// than to a single link: its buffer overflows on whichever link fills first; the
-// simulation gives 0.94-0.96, the lab measures the real thing. How soon the split
-// settles is not asserted here: one link's first measurement can come from a period
-// it was only partly busy in, and equal links correct it only when the sender next
-// fills the bond, 6 s in; the SOHO cases assert convergence.)
+// than to a single link: its buffer overflows on whichever link fills first; versions
+// of the estimator gave 0.92-1.00 here, the lab measures the real thing. How soon the
+// split settles is not asserted here: one link's first measurement can come from a
+// period it was only partly busy in, and equal links correct it only when the sender
+// next fills the bond (6 s in, in one version); the SOHO cases assert convergence.)
 func TestHomogeneousLinksShareEqually(t *testing.T) {
 	var links []*simLink
 	for range 3 {
@@ -120,20 +108,31 @@ func TestHomogeneousLinksShareEqually(t *testing.T) {
 	checkBond(t, links, nil, 0, 0.9)
 }
 
-// When a link's capacity halves mid-transfer, the split follows within 2 s and the
-// aggregate recovers.
+// When a link's capacity halves mid-transfer, the split follows within 2 s.
 func TestSplitFollowsRateStep(t *testing.T) {
+	checkStep(t, 0.5, 2*time.Second)
+}
+
+// checkStep runs the SOHO bond for 15 s, multiplies the LTE link's capacity by factor
+// (starting it at half when the step is up, so it ends at its nominal rate), runs 15 s
+// more and checks that the scheduler's split is back within the tolerance of the
+// capacities within the limit.
+func checkStep(t *testing.T, factor float64, within time.Duration) {
+	t.Helper()
 	links := soho()
+	if factor > 1 {
+		links[2].rate /= factor
+	}
 	s := newSim(links, nil)
 	s.run(15 * time.Second)
-	links[2].rate /= 2
+	links[2].rate *= factor
 	s.run(15 * time.Second)
 	want := capacityShares(links)
 	at := s.splitSettledAt(15*time.Second, want, settleTolerance)
 	split, _ := s.split(20*time.Second, 30*time.Second)
-	t.Logf("after the step at 15 s: split %.3f (capacities %.3f), settled at %v", split, want, at)
-	if at < 0 || at-15*time.Second > 2*time.Second {
-		t.Errorf("split did not follow the step within 2 s (settled at %v, step at 15s)", at)
+	t.Logf("after the step (×%g) at 15 s: split %.3f (capacities %.3f), settled at %v", factor, split, want, at)
+	if at < 0 || at-15*time.Second > within {
+		t.Errorf("split did not follow the step (×%g) within %v (settled at %v, step at 15s)", factor, within, at)
 	}
 }
 
