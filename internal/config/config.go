@@ -110,8 +110,13 @@ const (
 	defaultMaxHold         = 200 * time.Millisecond
 	defaultMaxBuffer       = 4 << 20
 	defaultProbeInterval   = 100 * time.Millisecond
-	defaultDownAfter       = time.Second
-	defaultMetricsListen   = "127.0.0.1:9469"
+	// defaultDownAfter: six probe intervals without a reply. Short enough that an idle
+	// link's death is known (and its share moved) within a second, even with the health
+	// check's tick; long enough that a few lost probes on a lossy LTE link do not take
+	// it out (the suspect state, at three intervals, copies its traffic meanwhile).
+	// Links whose RTT is long get more time (see tunnel's checkHealth).
+	defaultDownAfter     = 600 * time.Millisecond
+	defaultMetricsListen = "127.0.0.1:9469"
 )
 
 func defaultReorder() Reorder { return Reorder{MaxHold: defaultMaxHold, MaxBuffer: defaultMaxBuffer} }

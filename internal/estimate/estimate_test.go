@@ -213,3 +213,40 @@ func TestRelativeQueueEndsStartup(t *testing.T) {
 		t.Errorf("after the queue went: phase %v, rate %.1f Mbit/s; startup must not resume", e.Phase(), e.Rate()/1e6)
 	}
 }
+
+// A receiver that stalls now and then (a busy machine, a bursty link) makes single
+// periods deliver too little and the next too much. The estimates must not follow that
+// noise: each link's capacity estimate stays near its real capacity, the split near the
+// capacities, and the aggregate near the baselines'.
+func TestNoisyReceiverDoesNotSwingTheEstimates(t *testing.T) {
+	links := []*simLink{ // the lab's SOHO downstream: slow links, few packets a period
+		{rate: 0.48e6, delay: 12 * time.Millisecond, buffer: 250 * time.Millisecond},
+		{rate: 3e6, delay: 6 * time.Millisecond, buffer: 50 * time.Millisecond},
+		{rate: 1.2e6, delay: 22 * time.Millisecond, buffer: 120 * time.Millisecond},
+	}
+	base := baselineSum(links)
+	s := newSim(links, nil)
+	s.stallReceiver(1, 0.0055, 40*time.Millisecond)
+	s.run(30 * time.Second)
+	want := capacityShares(links)
+	split, _ := s.split(10*time.Second, 30*time.Second)
+	_, rate := s.delivered(10*time.Second, 30*time.Second)
+	t.Logf("split %.3f (capacities %.3f); aggregate %.2f Mbit/s = %.2f of the baselines' sum %.2f",
+		split, want, rate/1e6, rate/base, base/1e6)
+	for i, l := range links {
+		lo, hi := math.Inf(1), 0.0
+		for _, row := range s.capHistory[100:] {
+			lo, hi = math.Min(lo, row[i]), math.Max(hi, row[i])
+		}
+		t.Logf("link %d (%.1f Mbit/s): capacity estimate over 10-30 s in %.2f..%.2f", i, l.rate/1e6, lo/1e6, hi/1e6)
+		if lo < 0.7*l.rate || hi > 1.3*l.rate {
+			t.Errorf("link %d: capacity estimate swung over %.2f..%.2f Mbit/s, real %.2f (want within 30%%)", i, lo/1e6, hi/1e6, l.rate/1e6)
+		}
+		if math.Abs(split[i]-want[i]) > 0.05 {
+			t.Errorf("link %d carried %.3f of the traffic over 10-30 s, its capacity share is %.3f", i, split[i], want[i])
+		}
+	}
+	if rate < 0.9*base {
+		t.Errorf("aggregate %.2f Mbit/s is %.2f of the baselines' sum, want at least 0.9", rate/1e6, rate/base)
+	}
+}

@@ -2,6 +2,7 @@ package estimate
 
 import (
 	"math"
+	"math/rand/v2"
 	"time"
 
 	"github.com/aggd/aggd/internal/sched"
@@ -36,6 +37,9 @@ type simLink struct {
 	haveFloor       bool
 	total           uint64 // delivered over the whole run, for shares
 	inFlight        []simPkt
+	// unread holds packets that arrived while the receiver was stalled: it counts
+	// them (and measures their delay) only when it runs again.
+	unread []simPkt
 }
 
 type simPkt struct {
@@ -70,6 +74,42 @@ type sim struct {
 	sentHistory [][]uint64
 	// rateHistory holds the rates the scheduler assumed at the end of each period.
 	rateHistory [][]float64
+	// capHistory holds the estimators' capacities at the end of each period.
+	capHistory [][]float64
+
+	// A stalling receiver (stalls != nil): a daemon that is not always on a CPU. Each
+	// tick it is running, it stalls with probability stallProb for a uniform
+	// 10..stallMax; packets that arrive meanwhile are counted (and their delay
+	// measured) when it runs again, and a report due meanwhile is made then, over the
+	// longer interval. This is the noise a short feedback period sees on a busy
+	// machine (the lab's VM) or behind a bursty link (Wi-Fi, LTE aggregation).
+	stalls     *rand.Rand
+	stallProb  float64
+	stallMax   time.Duration
+	stallUntil time.Duration
+	reportDue  bool
+	lastReport time.Duration
+}
+
+// stallReceiver makes the simulated receiver stall (see sim.stalls), deterministically.
+func (s *sim) stallReceiver(seed uint64, prob float64, longest time.Duration) {
+	s.stalls, s.stallProb, s.stallMax = rand.New(rand.NewPCG(seed, 7)), prob, longest
+}
+
+// receiverRuns tells whether the receiver is on a CPU this tick (and may start a stall).
+func (s *sim) receiverRuns() bool {
+	if s.stalls == nil {
+		return true
+	}
+	if s.now < s.stallUntil {
+		return false
+	}
+	if s.stalls.Float64() < s.stallProb {
+		d := 10*time.Millisecond + time.Duration(s.stalls.Int64N(int64(s.stallMax-10*time.Millisecond)+1))
+		s.stallUntil = s.now + d.Truncate(simTick)
+		return false
+	}
+	return true
 }
 
 func newSim(links []*simLink, cfg []Config) *sim {
@@ -111,10 +151,14 @@ func (s *sim) program() {
 func (s *sim) run(d time.Duration) {
 	for end := s.now + d; s.now < end; s.now += simTick {
 		s.send()
+		runs := s.receiverRuns()
 		for _, l := range s.links {
-			s.serve(l)
+			s.serve(l, runs)
 		}
 		if s.now%simPeriod == 0 && s.now > 0 {
+			s.reportDue = true
+		}
+		if s.reportDue && runs {
 			s.endPeriod()
 		}
 		s.deliverReports()
@@ -157,8 +201,9 @@ func (s *sim) send() {
 	}
 }
 
-// serve sends what the link's rate allows this tick and lands what has arrived.
-func (s *sim) serve(l *simLink) {
+// serve sends what the link's rate allows this tick and lands what has arrived; the
+// receiver counts it if it runs, else later.
+func (s *sim) serve(l *simLink, receiverRuns bool) {
 	l.credit += l.rate * simTick.Seconds()
 	for len(l.queue) > 0 && l.credit >= simPacket*8 {
 		l.credit -= simPacket * 8
@@ -171,25 +216,33 @@ func (s *sim) serve(l *simLink) {
 		l.credit = math.Min(l.credit, simPacket*8) // an idle link saves no credit
 	}
 	for len(l.inFlight) > 0 && l.inFlight[0].arriveAt <= s.now {
-		p := l.inFlight[0]
+		l.unread = append(l.unread, l.inFlight[0])
 		l.inFlight = l.inFlight[1:]
-		owd := p.arriveAt - p.sentAt
+	}
+	if !receiverRuns {
+		return
+	}
+	for _, p := range l.unread {
+		owd := s.now - p.sentAt
 		if l.delivered == 0 || owd < l.owdMin {
 			l.owdMin = owd
 		}
 		l.delivered += simPacket
 		l.total += simPacket
 	}
+	l.unread = l.unread[:0]
 }
 
 // endPeriod makes the receiver's report and queues it for the reverse trip.
 func (s *sim) endPeriod() {
 	rep := simReport{at: s.now + simReverse}
+	interval := s.now - s.lastReport
+	s.lastReport, s.reportDue = s.now, false
 	row := make([]uint64, len(s.links))
 	sentRow := make([]uint64, len(s.links))
 	least, most := time.Duration(-1), time.Duration(0)
 	for i, l := range s.links {
-		smp := Sample{Interval: simPeriod, Delivered: l.delivered, Packets: uint32(l.delivered / simPacket), Sent: l.sent}
+		smp := Sample{Interval: interval, Delivered: l.delivered, Packets: uint32(l.delivered / simPacket), Sent: l.sent}
 		if l.delivered > 0 {
 			if !l.haveFloor || l.owdMin < l.floor {
 				l.floor, l.haveFloor = l.owdMin, true
@@ -211,11 +264,12 @@ func (s *sim) endPeriod() {
 	}
 	s.history = append(s.history, row)
 	s.sentHistory = append(s.sentHistory, sentRow)
-	rates := make([]float64, len(s.est))
+	rates, caps := make([]float64, len(s.est)), make([]float64, len(s.est))
 	for i, e := range s.est {
-		rates[i] = e.Rate()
+		rates[i], caps[i] = e.Rate(), e.Capacity()
 	}
 	s.rateHistory = append(s.rateHistory, rates)
+	s.capHistory = append(s.capHistory, caps)
 	s.reports = append(s.reports, rep)
 }
 

@@ -62,3 +62,26 @@ func TestSuspicionWaitsForSlowLinks(t *testing.T) {
 		t.Fatalf("silent for 1.9 s with a 600 ms RTT: %v, want suspect", st)
 	}
 }
+
+// A link with a long RTT is not declared down before it has been suspect for as long
+// as it took to suspect it, whatever down_after says.
+func TestDownWaitsForSlowLinks(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	l := s.addLink(LinkSpec{ID: 0, Name: "sat"}, func(*link, []byte) error { return nil })
+	t0 := time.Unix(1000, 0)
+	l.onReply(t0, 600*time.Millisecond)
+	const suspectAfter, downAfter = 300 * time.Millisecond, 600 * time.Millisecond
+	for _, c := range []struct {
+		at   time.Duration
+		want linkState
+	}{
+		{500 * time.Millisecond, stateUp},       // past down_after, not yet three RTTs
+		{1900 * time.Millisecond, stateSuspect}, // three RTTs
+		{3500 * time.Millisecond, stateSuspect}, // not yet six
+		{3700 * time.Millisecond, stateDown},    // six RTTs
+	} {
+		if st, _ := l.checkHealth(t0.Add(c.at), suspectAfter, downAfter); st != c.want {
+			t.Fatalf("silent for %v with a 600 ms RTT: %v, want %v", c.at, st, c.want)
+		}
+	}
+}

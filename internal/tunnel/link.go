@@ -255,12 +255,17 @@ func (l *link) onReply(now time.Time, rtt time.Duration) (was linkState) {
 
 // checkHealth moves a silent link to suspect after suspectAfter (or three smoothed
 // RTTs, whichever is longer, so that a deep but working queue is not suspected) and to
-// down after downAfter. It returns the new state and whether it changed.
+// down after downAfter (or twice the suspicion time, whichever is longer). It returns
+// the new state and whether it changed.
 func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration) (linkState, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	silent := now.Sub(l.lastReply)
+	// A slow or deeply queued link answers late without being dead: it is suspected
+	// after three of its RTTs at the earliest, and declared down only after it has
+	// been suspect for as long again.
 	suspectAfter = max(suspectAfter, time.Duration(3*l.rttNs))
+	downAfter = max(downAfter, 2*suspectAfter)
 	old := l.state
 	switch {
 	case old.inSchedule() && silent > downAfter:
@@ -383,8 +388,8 @@ func (l *link) estimate(smp estimate.Sample) {
 	l.est.Update(smp)
 	c := l.est.Capacity()
 	l.log.Debug("estimate", "interval", smp.Interval, "delivered_mbit_s", round2(float64(smp.Delivered)*8/smp.Interval.Seconds()/1e6),
-		"sent_mbit_s", round2(float64(smp.Sent)*8/smp.Interval.Seconds()/1e6), "queue", smp.Queue, "have_queue", smp.HaveQueue,
-		"least_queue", smp.LeastQueue, "blocked", smp.Blocked, "phase", l.est.Phase(), "rate_mbit_s", round2(l.est.Rate()/1e6), "capacity_mbit_s", round2(c/1e6))
+		"sent_mbit_s", round2(float64(smp.Sent)*8/smp.Interval.Seconds()/1e6), "packets", smp.Packets, "queue", smp.Queue, "have_queue", smp.HaveQueue,
+		"least_queue", smp.LeastQueue, "most_queue", smp.MostQueue, "jitter", smp.Jitter, "blocked", smp.Blocked, "phase", l.est.Phase(), "rate_mbit_s", round2(l.est.Rate()/1e6), "capacity_mbit_s", round2(c/1e6))
 	l.m.capacity.Set(c)
 	l.m.queue.Set(l.est.Queue().Seconds())
 	if c > 0 && (l.loggedCap == 0 || c > 1.25*l.loggedCap || c < 0.75*l.loggedCap) {

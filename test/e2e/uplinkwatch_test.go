@@ -29,7 +29,7 @@ func TestCarrierLossTakesUplinkDownAtOnce(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("up3 out of the bond %v after `ip link set up3 down` (probe.down_after is 1s)", time.Since(start).Round(time.Millisecond))
+	t.Logf("up3 out of the bond %v after `ip link set up3 down` (probe.down_after is 600ms)", time.Since(start).Round(time.Millisecond))
 
 	// Proof that netlink, not probe silence, took it down (timing-free): the cause.
 	line := logLine(t, filepath.Join(b.dir, "cpe.log"), `msg="link down"`, "link=up3")

@@ -83,6 +83,8 @@ SCRAPE_IDLE_S = float(os.environ.get("LAB_SCRAPE_S", "0.15"))
 SCRAPE_LOADED_S = float(os.environ.get("LAB_SCRAPE_LOADED_S", "0.3"))
 # The baselines' TCP congestion control (one flow per link, no tunnel).
 BASELINE_CC = os.environ.get("LAB_BASELINE_CC", "cubic")
+# aggd's log level in the lab (debug: one line per estimator sample, for diagnosis).
+AGGD_LOG_LEVEL = os.environ.get("LAB_LOG_LEVEL", "info")
 
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNET = 0x40000000
@@ -1005,7 +1007,7 @@ tunnel:
   address: [100.64.0.2/32]
 uplinks:
 {ups}log:
-  level: info
+  level: {AGGD_LOG_LEVEL}
 {extra_cpe}""")
         with open(os.path.join(w, "hub.yaml"), "w") as f:
             f.write(f"""# written by test/vm/lab.py for scenario {self.sc['name']}
@@ -1020,7 +1022,7 @@ peers:
     public_key: {pub['cpe']}
     tunnel_address: [100.64.0.2/32]
 log:
-  level: info
+  level: {AGGD_LOG_LEVEL}
 {extra_hub}""")
         for who in ("cpe", "hub"):
             r = subprocess.run(["ip", "netns", "exec", ns(who), AGGD, "check-config", os.path.join(w, who + ".yaml")],
