@@ -89,6 +89,35 @@ type sim struct {
 	stallUntil time.Duration
 	reportDue  bool
 	lastReport time.Duration
+	// A stalling sender (senderStalls != nil): the same for the sending daemon. While
+	// it is stalled nothing is sent (what the sender offers piles up and leaves in a
+	// burst afterwards), and the period's samples report the stall as Stalled, as a
+	// daemon descheduled inside its socket writes does.
+	senderStalls     *rand.Rand
+	senderStallProb  float64
+	senderStallUntil time.Duration
+	senderStalled    time.Duration // in this period
+}
+
+// stallSender makes the simulated sender stall (see sim.senderStalls): each tick it
+// runs, with probability prob, for a uniform 10..30 ms.
+func (s *sim) stallSender(seed uint64, prob float64) {
+	s.senderStalls, s.senderStallProb = rand.New(rand.NewPCG(seed, 11)), prob
+}
+
+// senderRuns tells whether the sender is on a CPU this tick (and may start a stall).
+func (s *sim) senderRuns() bool {
+	if s.senderStalls == nil {
+		return true
+	}
+	if s.now >= s.senderStallUntil && s.senderStalls.Float64() < s.senderStallProb {
+		s.senderStallUntil = s.now + 10*time.Millisecond + time.Duration(s.senderStalls.IntN(21))*time.Millisecond
+	}
+	if s.now < s.senderStallUntil {
+		s.senderStalled += simTick
+		return false
+	}
+	return true
 }
 
 // stallReceiver makes the simulated receiver stall (see sim.stalls), deterministically.
@@ -171,6 +200,9 @@ func (s *sim) send() {
 		rate = math.Min(rate, s.appLimit)
 	}
 	s.credit += rate * simTick.Seconds()
+	if !s.senderRuns() {
+		return
+	}
 	for s.credit >= simPacket*8 {
 		s.credit -= simPacket * 8
 		id, _, _, ok := s.sch.Pick(int64(s.now), simPacket)
@@ -242,7 +274,8 @@ func (s *sim) endPeriod() {
 	sentRow := make([]uint64, len(s.links))
 	least, most := time.Duration(-1), time.Duration(0)
 	for i, l := range s.links {
-		smp := Sample{Interval: interval, Delivered: l.delivered, Packets: uint32(l.delivered / simPacket), Sent: l.sent}
+		smp := Sample{Interval: interval, Delivered: l.delivered, Packets: uint32(l.delivered / simPacket), Sent: l.sent,
+			Stalled: s.senderStalled}
 		if l.delivered > 0 {
 			if !l.haveFloor || l.owdMin < l.floor {
 				l.floor, l.haveFloor = l.owdMin, true
@@ -262,6 +295,7 @@ func (s *sim) endPeriod() {
 	for i := range rep.samples {
 		rep.samples[i].LeastQueue, rep.samples[i].MostQueue = max(least, 0), most
 	}
+	s.senderStalled = 0
 	s.history = append(s.history, row)
 	s.sentHistory = append(s.sentHistory, sentRow)
 	rates, caps := make([]float64, len(s.est)), make([]float64, len(s.est))

@@ -323,8 +323,7 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport) (sm
 	}
 	smp = estimate.Sample{
 		Interval: span, Delivered: r.RxBytes - l.smpReport.RxBytes, Packets: pkts, Sent: sent - l.smpSent,
-		// Blocked for a tenth of the sample: far more than scheduling hiccups.
-		Blocked: time.Duration(blocked-l.smpBlocked) > span/10,
+		Stalled: time.Duration(blocked - l.smpBlocked),
 		Jitter:  time.Duration(l.jitterUs) * time.Microsecond,
 	}
 	if l.smpHaveOWD {
@@ -389,7 +388,7 @@ func (l *link) estimate(smp estimate.Sample) {
 	c := l.est.Capacity()
 	l.log.Debug("estimate", "interval", smp.Interval, "delivered_mbit_s", round2(float64(smp.Delivered)*8/smp.Interval.Seconds()/1e6),
 		"sent_mbit_s", round2(float64(smp.Sent)*8/smp.Interval.Seconds()/1e6), "packets", smp.Packets, "queue", smp.Queue, "have_queue", smp.HaveQueue,
-		"least_queue", smp.LeastQueue, "most_queue", smp.MostQueue, "jitter", smp.Jitter, "blocked", smp.Blocked, "phase", l.est.Phase(), "rate_mbit_s", round2(l.est.Rate()/1e6), "capacity_mbit_s", round2(c/1e6))
+		"least_queue", smp.LeastQueue, "most_queue", smp.MostQueue, "jitter", smp.Jitter, "stalled", smp.Stalled, "phase", l.est.Phase(), "rate_mbit_s", round2(l.est.Rate()/1e6), "capacity_mbit_s", round2(c/1e6))
 	l.m.capacity.Set(c)
 	l.m.queue.Set(l.est.Queue().Seconds())
 	if c > 0 && (l.loggedCap == 0 || c > 1.25*l.loggedCap || c < 0.75*l.loggedCap) {

@@ -900,6 +900,8 @@ class Run:
                        "environment": self.environment(), "links": [], "checks": {}, "notes": []}
         self.cpe = self.hub = None
         self.fluct_stop = threading.Event()
+        self.fluct_restart, self.fluct_ready = threading.Event(), threading.Event()
+        self.fluct_phase = "start"
         self.port = 5300
         self.hub_peer = CPE_PEER
 
@@ -944,6 +946,7 @@ class Run:
         for d in ("up", "down"):
             groups = [list(zip(self.sc["links"], bs))] if par else [[x] for x in zip(self.sc["links"], bs)]
             for g in groups:
+                self.restart_fluctuation(f"baseline-{d}")
                 smp = Sampler(self.topo)
                 smp.start()
                 res = {}
@@ -1099,29 +1102,53 @@ log:
 
     # -- fluctuation and schedules --
     def fluctuate(self):
-        rng = random.Random(self.sc["seed"])
+        """Fluctuating links follow a bounded random walk of their rate. The walk starts
+        afresh, from the same seed, at every measured phase (each direction's baselines,
+        each bond transfer: restart_fluctuation), so the baselines and the bond see the
+        same sequence of rates: otherwise the sum of the baselines would compare the
+        bond against links it never had (a SOHO run measured the LTE baseline near its
+        full rate, then ran the bond while the walk sat at half of it)."""
         items = [l for l in self.sc["links"] if l.get("fluctuate")]
         if not items:
+            self.fluct_ready.set()
             return
-        nxt = {l["name"]: 0 for l in items}
-        frac = {l["name"]: 1.0 for l in items}
-        t0 = time.time()
-        while not self.fluct_stop.wait(0.2):
-            now = time.time() - t0
-            for l in items:
-                fl = l["fluctuate"]
-                if now < nxt[l["name"]]:
-                    continue
-                nxt[l["name"]] = now + fl.get("period_s", 2)
-                lo, hi = fl.get("min_frac", 0.5), fl.get("max_frac", 1.0)
-                # A bounded random walk: real radio capacity drifts, it does not jump.
-                f = min(hi, max(lo, frac[l["name"]] + rng.uniform(-0.25, 0.25) * (hi - lo)))
-                frac[l["name"]] = f
-                for d in ("up", "down"):
-                    try:
-                        self.topo.set_rate(l["name"], d, round(l[d]["rate_mbit"] * f, 3))
-                    except LabError as e:
-                        log(f"warning: {e}")
+        while not self.fluct_stop.is_set():
+            phase = self.fluct_phase
+            self.fluct_restart.clear()
+            rng = random.Random(self.sc["seed"])
+            nxt = {l["name"]: 0 for l in items}
+            frac = {l["name"]: 1.0 for l in items}
+            t0 = time.time()
+            while True:
+                now = time.time() - t0
+                for l in items:
+                    fl = l["fluctuate"]
+                    if now < nxt[l["name"]]:
+                        continue
+                    nxt[l["name"]] = now + fl.get("period_s", 2)
+                    lo, hi = fl.get("min_frac", 0.5), fl.get("max_frac", 1.0)
+                    # A bounded random walk: real radio capacity drifts, it does not jump.
+                    f = min(hi, max(lo, frac[l["name"]] + rng.uniform(-0.25, 0.25) * (hi - lo)))
+                    frac[l["name"]] = f
+                    self.result.setdefault("fluctuation", []).append(
+                        {"phase": phase, "t": round(now, 2), "link": l["name"], "frac": round(f, 3)})
+                    for d in ("up", "down"):
+                        try:
+                            self.topo.set_rate(l["name"], d, round(l[d]["rate_mbit"] * f, 3))
+                        except LabError as e:
+                            log(f"warning: {e}")
+                self.fluct_ready.set()
+                if self.fluct_stop.wait(0.2) or self.fluct_restart.is_set():
+                    break
+
+    def restart_fluctuation(self, phase):
+        """Start the fluctuating links' random walk afresh for a measured phase, and
+        return once its first step is applied."""
+        self.fluct_phase = phase
+        self.fluct_ready.clear()
+        self.fluct_restart.set()
+        if not self.fluct_ready.wait(5):
+            log(f"warning: the rate fluctuation did not restart for {phase}")
 
     def events_for(self, seconds):
         evs = []
@@ -1199,6 +1226,7 @@ log:
         step(f"{label}, {d}stream: one TCP flow ({cc or 'kernel default'}) {'lan → srv' if d == 'up' else 'srv → lan'} "
              f"for {secs}s (per-link rates are wire bytes per second in each link namespace)")
         evs = self.events_for(secs)
+        self.restart_fluctuation(f"transfer-{key}")
         smp = Sampler(self.topo, self.aggd_pids(), interval=SAMPLE_S,
                       live=self.live_line(d, None) if self.live else None)
         # aggd_link_up per link from the CPE's metrics while links go down and come back.
