@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/wire"
 )
 
 // The health state machine, driven with explicit times: probing → up → suspect → down →
@@ -84,4 +85,41 @@ func TestDownWaitsForSlowLinks(t *testing.T) {
 			t.Fatalf("silent for %v with a 600 ms RTT: %v, want %v", c.at, st, c.want)
 		}
 	}
+}
+
+// The peer's reports of new data received on a link keep it alive when its probe
+// replies are late (a deep queue: the probes wait behind the data), end a suspicion,
+// and, once they stop too, let it go suspect and down as before.
+func TestDeliveredDataKeepsALinkAlive(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	l := s.addLink(LinkSpec{ID: 0, Name: "adsl"}, func(*link, []byte) error { return nil })
+	const suspectAfter, downAfter = 300 * time.Millisecond, 600 * time.Millisecond
+	t0 := time.Unix(1000, 0)
+	l.onReply(t0, 20*time.Millisecond)
+	var rx uint32
+	report := func(at time.Duration, more uint32) {
+		rx += more
+		l.onFeedback(t0.Add(at), uint32(at/time.Microsecond), wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500})
+	}
+	check := func(at time.Duration, want linkState) {
+		t.Helper()
+		if st, _ := l.checkHealth(t0.Add(at), suspectAfter, downAfter); st != want {
+			t.Fatalf("at %v: %v, want %v", at, st, want)
+		}
+	}
+	report(0, 1)
+	// No probe reply after t0, but the peer keeps reporting data arriving.
+	for at := 100 * time.Millisecond; at <= time.Second; at += 100 * time.Millisecond {
+		report(at, 2)
+		check(at, stateUp)
+	}
+	// The reports stop showing progress: suspect, then down.
+	report(1100*time.Millisecond, 0)
+	check(1301*time.Millisecond, stateSuspect)
+	report(1400*time.Millisecond, 1) // data again: the doubt ends
+	check(1400*time.Millisecond, stateUp)
+	check(1701*time.Millisecond, stateSuspect)
+	check(2001*time.Millisecond, stateDown)
+	report(2100*time.Millisecond, 1) // late data does not bring a down link back: a probe reply does
+	check(2100*time.Millisecond, stateDown)
 }

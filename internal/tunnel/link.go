@@ -47,15 +47,20 @@ type link struct {
 	rx rxAccount
 
 	// Health (from probe replies) and estimation (from the peer's FEEDBACK), under mu.
-	mu         sync.Mutex
-	lastReply  time.Time
-	state      linkState
-	rttNs      float64 // smoothed
-	peerRate   float64 // bits/s the peer reports receiving from us, smoothed
-	peerLoss   float64
-	prevReport wire.LinkReport
-	prevAt     time.Time
-	peerPrior  float64 // rate prior the peer announced for its receive direction
+	mu        sync.Mutex
+	lastReply time.Time
+	// lastDelivered is when the peer last reported new data received on the link: a
+	// sign of life as good as a probe reply, and the only timely one from a slow link
+	// with a deep queue, whose probes wait behind its data (a scaled ADSL upstream with
+	// 1 s of buffer went suspect in startup, and its traffic was copied for nothing).
+	lastDelivered time.Time
+	state         linkState
+	rttNs         float64 // smoothed
+	peerRate      float64 // bits/s the peer reports receiving from us, smoothed
+	peerLoss      float64
+	prevReport    wire.LinkReport
+	prevAt        time.Time
+	peerPrior     float64 // rate prior the peer announced for its receive direction
 	// The estimator sample in progress: where it started (report, the peer's time in
 	// µs, txData, blockedNs) and the smallest one-way delay of its reports.
 	smpStarted  bool
@@ -253,14 +258,18 @@ func (l *link) onReply(now time.Time, rtt time.Duration) (was linkState) {
 	return was
 }
 
-// checkHealth moves a silent link to suspect after suspectAfter (or three smoothed
-// RTTs, whichever is longer, so that a deep but working queue is not suspected) and to
-// down after downAfter (or twice the suspicion time, whichever is longer). It returns
-// the new state and whether it changed.
+// checkHealth moves a silent link (no probe reply, and no report from the peer of new
+// data received on it) to suspect after suspectAfter (or three smoothed RTTs, whichever
+// is longer, so that a deep but working queue is not suspected) and to down after
+// downAfter (or twice the suspicion time, whichever is longer); a suspect link the peer
+// reports data from again is up. It returns the new state and whether it changed.
 func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration) (linkState, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	silent := now.Sub(l.lastReply)
+	if l.lastDelivered.After(l.lastReply) {
+		silent = now.Sub(l.lastDelivered)
+	}
 	// A slow or deeply queued link answers late without being dead: it is suspected
 	// after three of its RTTs at the earliest, and declared down only after it has
 	// been suspect for as long again.
@@ -272,6 +281,9 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 		l.setState(stateDown)
 	case old == stateUp && silent > suspectAfter:
 		l.setState(stateSuspect)
+	case old == stateSuspect && silent <= suspectAfter:
+		l.setState(stateUp) // the peer reports our data arriving again
+
 	}
 	return l.state, l.state != old
 }
@@ -302,6 +314,9 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport) (sm
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reportMetrics(now, r)
+	if !l.prevAt.IsZero() && r.RxPackets != l.prevReport.RxPackets {
+		l.lastDelivered = now
+	}
 	l.prevReport, l.prevAt = r, now
 	if r.OWDMinMicros != 0 { // owdMin is per report period: set only if data arrived in it
 		l.updateFloor(now, r.OWDMinMicros)

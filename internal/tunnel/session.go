@@ -569,6 +569,8 @@ func (s *Session) tick(now time.Time) {
 		s.sendProbe(l)
 		if state, changed := l.checkHealth(now, 3*s.cfg.Probe, s.cfg.DownAfter); changed {
 			switch state {
+			case stateUp:
+				l.log.Info("link no longer suspect: the peer reports our data arriving on it")
 			case stateSuspect:
 				l.log.Warn("link suspect: probe replies stopped; copying its traffic to another link")
 			case stateDown:
