@@ -123,3 +123,24 @@ func TestDeliveredDataKeepsALinkAlive(t *testing.T) {
 	report(2100*time.Millisecond, 1) // late data does not bring a down link back: a probe reply does
 	check(2100*time.Millisecond, stateDown)
 }
+
+// A FEEDBACK older than one already taken (they travel on whichever link is best, so
+// they can overtake each other) is ignored: its counters would run backwards.
+func TestStaleFeedbackIsIgnored(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	l := s.addLink(LinkSpec{ID: 0, Name: "cable"}, func(*link, []byte) error { return nil })
+	now := time.Unix(1000, 0)
+	report := func(peerTime, pkts uint32) {
+		s.onFeedback(now, peerTime, wire.FeedbackBody{Links: []wire.LinkReport{{LinkID: 0, RxPackets: pkts, RxBytes: uint64(pkts) * 1500}}})
+	}
+	report(100_000, 10)
+	report(200_000, 30)
+	report(150_000, 20) // overtaken on the way
+	if got := l.prevReport.RxPackets; got != 30 {
+		t.Fatalf("after a stale report the link's last report counts %d packets, want 30 (the newest)", got)
+	}
+	report(300_000, 50)
+	if c := l.est.Capacity(); c > 10e6 {
+		t.Errorf("capacity estimate %.3g bit/s after a stale report: the counters ran backwards", c)
+	}
+}

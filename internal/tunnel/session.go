@@ -84,6 +84,11 @@ type Session struct {
 	// bondQueue is the least queueing delay (ns) among the links that carried traffic
 	// in the peer's last report period: the bond's standing queue.
 	bondQueue atomic.Int64
+	// feedbackMu orders FEEDBACK handling; lastFeedback is the peer's timestamp of the
+	// newest one taken (haveFeedback: any yet).
+	feedbackMu   sync.Mutex
+	lastFeedback uint32
+	haveFeedback bool
 
 	// Receive: the resequencer and its hold timer.
 	rxMu  sync.Mutex
@@ -511,6 +516,17 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 	}
 	var periods []period
 	least, most := time.Duration(-1), time.Duration(0)
+	s.feedbackMu.Lock()
+	defer s.feedbackMu.Unlock()
+	// FEEDBACK goes out on whichever link is best at the moment, so an older one can
+	// arrive after a newer one. Its cumulative counters would then run backwards, and a
+	// difference of them wrap: a stale report once made a 3 Mbit/s link look like
+	// 34 Pbit/s. Only reports newer than the last one count.
+	if s.haveFeedback && int32(peerTime-s.lastFeedback) <= 0 {
+		s.log.Debug("stale FEEDBACK ignored", "peer_time_us", peerTime, "newest_us", s.lastFeedback)
+		return
+	}
+	s.lastFeedback, s.haveFeedback = peerTime, true
 	if s.fp != nil {
 		s.mergeFastTx(s.allLinks())
 	}
