@@ -93,7 +93,7 @@ func (p *pipePair) pump() {
 		if err != nil {
 			p.t.Fatalf("a session sent a malformed datagram: %v", err)
 		}
-		if reason, ok := q.to.receive(&h, q.pkt, netip.AddrPort{}, p.clk, 0); !ok {
+		if reason, ok := q.to.receive(&h, q.pkt, netip.AddrPort{}, p.clk); !ok {
 			p.t.Fatalf("%s datagram rejected: %v", h.Type, reason)
 		}
 	}

@@ -364,9 +364,8 @@ func (s *Session) sendProbe(l *link) {
 }
 
 // receive handles one datagram that parsed and matched this session. via is the link
-// the session's peer sent it on; from its source address; rxNanos when the kernel
-// received it (CLOCK_MONOTONIC ns; 0: now), which one-way delays are measured to.
-func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now time.Time, rxNanos int64) (reason wire.Reason, ok bool) {
+// the session's peer sent it on; from its source address.
+func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now time.Time) (reason wire.Reason, ok bool) {
 	counted := false // counted by the handover, not yet in the resequencer (rxInFlight)
 	if h.Type == wire.TypeData && s.fp != nil {
 		// Before anything can reject it: the kernel counted it when it passed it up, and
@@ -427,10 +426,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 	l.m.rxBytes.Add(float64(len(pkt) + 28))
 	if h.Type == wire.TypeData {
 		nanos := clock.Nanos()
-		if rxNanos == 0 {
-			rxNanos = nanos
-		}
-		if lost := l.rx.account(h, len(pkt)+28, clock.Micros32(rxNanos), now, s.fp == nil); lost > 0 {
+		if lost := l.rx.account(h, len(pkt)+28, clock.Micros32(nanos), now, s.fp == nil); lost > 0 {
 			l.m.lost.Add(float64(lost))
 		}
 		s.rxMu.Lock()
