@@ -227,7 +227,21 @@ func (e *Estimator) Update(s Sample) {
 	policed := false
 	defer func() { e.policedLast = policed }()
 	saturated := e.saturated(s) // once per sample: it keeps state across samples
+	// appLimited: the link was given less than its rate and delivered about all of
+	// it, so its delivery says how much the sender had for it, not what it can carry.
+	// Like BBR's app-limited delivery-rate samples, such a sample may raise the
+	// capacity estimate but never lower it, and a queue seen in it ends no startup:
+	// it drains the rate, nothing more. (In the lab, LTE's jitter alone showed 6 ms
+	// of "queue" on a link carrying 0.1 Mbit/s in startup; taking that for its
+	// capacity left the link nearly unused for 14 s.)
+	appLimited := sent < loadedFrac*e.given() && delivered >= policedFrac*sent
 	switch {
+	case saturated && appLimited:
+		e.phase = PhaseDrain
+		e.liftCapacity(delivered)
+		if !e.startup && e.kf.valid() {
+			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue)))
+		}
 	case saturated && s.Packets >= MinSamplePackets:
 		// Standing queue: the bottleneck never idled, so it delivered its capacity.
 		e.phase, e.startup = PhaseDrain, false
@@ -296,8 +310,8 @@ func (e *Estimator) saturated(s Sample) bool {
 	if !s.HaveQueue {
 		return false
 	}
-	if e.queue > e.cfg.QueueTarget {
-		return true
+	if e.queue > e.cfg.QueueTarget+s.Jitter/2 {
+		return true // above the target by more than the link's own delay noise
 	}
 	// The relative sign must hold in two of the last three samples, this one included:
 	// one sample's minimum on a jittery link can sit a millisecond above its floor by

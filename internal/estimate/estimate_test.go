@@ -253,3 +253,41 @@ func TestNoisyReceiverDoesNotSwingTheEstimates(t *testing.T) {
 		t.Errorf("aggregate %.2f Mbit/s is %.2f of the baselines' sum, want at least 0.9", rate/1e6, rate/base)
 	}
 }
+
+// A jittery link (LTE) that the sender gives little in startup can show a queue of a
+// few milliseconds from its jitter alone. That ends no startup and measures no
+// capacity: the link goes on doubling once it is loaded.
+func TestJitterOnALightlyLoadedLinkEndsNoStartup(t *testing.T) {
+	e := New(Config{})
+	light := Sample{Interval: simPeriod, Delivered: 1125, Packets: 4, Sent: 1125, // 0.09 Mbit/s, as in the lab
+		Queue: 6 * time.Millisecond, HaveQueue: true, Jitter: 5 * time.Millisecond, MostQueue: 6 * time.Millisecond}
+	e.Update(light)
+	e.Update(light)
+	if e.Phase() == PhaseStart || e.startup == false {
+		t.Fatalf("after two lightly loaded samples with a jitter-sized queue: phase %v, startup %v; want startup to go on", e.Phase(), e.startup)
+	}
+	for range 8 { // loaded, no queue: doubling
+		b := uint64(e.Rate() / 8 / 10)
+		e.Update(Sample{Interval: simPeriod, Delivered: b, Packets: uint32(b/1500 + 4), Sent: b, HaveQueue: true})
+	}
+	if e.Rate() < 10e6 {
+		t.Errorf("rate %.2f Mbit/s after eight loaded periods without a queue: startup stopped on jitter", e.Rate()/1e6)
+	}
+}
+
+// A queue seen while the link was given far less than its rate and delivered all of
+// it does not lower a measured capacity (the sender had nothing more for it).
+func TestAppLimitedQueueKeepsTheCapacity(t *testing.T) {
+	e := New(Config{Prior: 10e6})
+	b := uint64(2e6 / 8 / 10) // 2 Mbit/s for 100 ms, all delivered
+	for range 5 {
+		e.Update(Sample{Interval: simPeriod, Delivered: b, Packets: uint32(b / 1500), Sent: b,
+			Queue: 20 * time.Millisecond, HaveQueue: true, MostQueue: 20 * time.Millisecond})
+	}
+	if c := e.Capacity(); c < 9e6 {
+		t.Errorf("capacity %.2f Mbit/s after app-limited samples at 2 Mbit/s with a queue; want the prior 10 kept", c/1e6)
+	}
+	if e.Rate() > 10e6 {
+		t.Errorf("rate %.2f Mbit/s: a queue must not let the rate grow", e.Rate()/1e6)
+	}
+}
