@@ -155,7 +155,9 @@ func (p Phase) String() string {
 type Estimator struct {
 	cfg     Config
 	startup bool // no prior, no queue seen yet: double while loaded
-	streak  int  // periods in a row spent probing
+	// streak counts the periods spent probing since the link last saturated: the
+	// probing gain grows with it.
+	streak int
 	// aboveBits: bit i set = the queue of the sample i samples ago was clearly above
 	// the least-queued link's (the last three samples).
 	aboveBits uint8
@@ -222,11 +224,17 @@ func (e *Estimator) Update(s Sample) {
 	case s.Delivered == 0:
 		e.queue = 0 // nothing arrived, so nothing waited
 	}
-	streak := e.streak
-	e.streak = 0
 	policed := false
 	defer func() { e.policedLast = policed }()
 	saturated := e.saturated(s) // once per sample: it keeps state across samples
+	if saturated {
+		// Probing starts small again after a queue. Only a queue resets it: samples in
+		// which the link merely was not probed (no other link queued, or the sender
+		// had little for it) keep the gain, or a link whose estimate started low climbs
+		// a percent at a time in every short episode of the others queueing (5 s from
+		// a fifth of its rate in the simulation of the lab's SOHO downstream).
+		e.streak = 0
+	}
 	// appLimited: the link was given less than its rate and delivered about all of
 	// it, so its delivery says how much the sender had for it, not what it can carry.
 	// Like BBR's app-limited delivery-rate samples, such a sample may raise the
@@ -260,7 +268,7 @@ func (e *Estimator) Update(s Sample) {
 		// a shallow buffer) that drops instead of queueing. What got through is the
 		// capacity. (One such period can be an artefact of where the period cut.)
 		if e.policedLast {
-			e.phase, e.startup = PhaseDrain, false
+			e.phase, e.startup, e.streak = PhaseDrain, false, 0
 			e.kf.update(delivered)
 			e.rate = e.kf.x
 		}
@@ -281,10 +289,10 @@ func (e *Estimator) Update(s Sample) {
 			// period: a link given half its rate (the sender held back by another
 			// link) has not shown it can take more, and a rate that compounds
 			// untested skews the split the moment the sender speeds up.
-			gain := math.Min(probeGain*math.Pow(probeGrowth, float64(streak)), maxProbeGain)
+			gain := math.Min(probeGain*math.Pow(probeGrowth, float64(e.streak)), maxProbeGain)
 			tested := math.Max(e.kf.x, (1+maxProbeGain)*sent)
 			e.rate = math.Max(e.rate, min(e.rate*(1+gain), probeCeiling*math.Max(e.kf.x, delivered), tested))
-			e.streak = streak + 1
+			e.streak++
 		}
 	default:
 		// Application-limited: the link's limit was not reached, so keep what we know.

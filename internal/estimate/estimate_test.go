@@ -291,3 +291,28 @@ func TestAppLimitedQueueKeepsTheCapacity(t *testing.T) {
 		t.Errorf("rate %.2f Mbit/s: a queue must not let the rate grow", e.Rate()/1e6)
 	}
 }
+
+// A link whose estimate starts far too low (the lab's LTE downstream once came out of
+// startup at a fifth of its rate) climbs back within seconds. It probes only while
+// another link queues, and those episodes are short; the probing gain must carry over
+// from one to the next instead of starting at a percent each time (which took 6-8 s).
+func TestLowEstimateClimbsBack(t *testing.T) {
+	links := []*simLink{ // the lab's SOHO downstream
+		{rate: 0.48e6, delay: 12 * time.Millisecond, buffer: 250 * time.Millisecond},
+		{rate: 3e6, delay: 6 * time.Millisecond, buffer: 50 * time.Millisecond},
+		{rate: 1.2e6, delay: 22 * time.Millisecond, buffer: 120 * time.Millisecond},
+	}
+	s := newSim(links, []Config{{}, {}, {Prior: links[2].rate / 10}})
+	s.run(10 * time.Second)
+	reached := -1
+	for i, row := range s.capHistory {
+		if row[2] >= 0.9*links[2].rate {
+			reached = i
+			break
+		}
+	}
+	t.Logf("LTE capacity estimate reached 90%% of its rate after %.1f s", float64(reached+1)/10)
+	if reached < 0 || reached+1 > 60 {
+		t.Errorf("LTE capacity estimate, started at a tenth of its rate, reached 90%% of it after %.1f s (want within 6 s)", float64(reached+1)/10)
+	}
+}
