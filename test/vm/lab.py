@@ -48,6 +48,15 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 AGGD = os.environ.get("AGGD_BIN", os.path.join(REPO, "bin", "aggd"))
+
+
+def aggd_version():
+    """What `aggd --version` says of the binary the lab runs (the commit it was built
+    from, `-dirty` if the tree had changes), for result.json."""
+    try:
+        return subprocess.run([AGGD, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"unknown ({e})"
 PREFIX = os.environ.get("LAB_PREFIX", "aggd-lab-")
 RESULTS = os.path.join(os.environ.get("AGGD_RESULTS", os.path.join(REPO, "results")), "lab")
 
@@ -1072,7 +1081,7 @@ log:
                 raise LabError(f"bond not up after 40s: ping {ok}, links up cpe {c}/{n}, headend {h}/{n}")
             time.sleep(0.5)
         self.result["aggd"] = {"cpe_pid": self.cpe.pid, "hub_pid": self.hub.pid, "bond_up_s": round(time.time() - t0, 1),
-                               "args": extra}
+                               "args": extra, "version": aggd_version()}
 
     def aggd_pids(self):
         # ip netns exec execs the command, so the Popen pid is aggd's own.
