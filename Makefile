@@ -63,7 +63,7 @@ demo: build ## bring up the virtual lab (netem links in a VM) with three links a
 test-bpf-lts: generate ## the BPF programs' in-kernel tests on the lab VM's Debian LTS kernel (6.1)
 	./scripts/bpf-lts-test.sh
 
-lab: build ## run the lab's scenario suite (netem in a VM, ~13 min); results in results/lab/
+lab: build ## run the lab's scenario suite (netem in a VM, ~14 min); results in results/lab/
 	test/vm/lab suite
 
 lint: generate ## gofmt, go vet, golangci-lint
