@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -70,4 +71,16 @@ func sumPerCPU(m *ebpf.Map, names []string, what string) (map[string]uint64, err
 		out[name] = sum
 	}
 	return out, nil
+}
+
+// sessionIndexes lists the session indexes a map keyed by sessionMapKey holds.
+func sessionIndexes(m *ebpf.Map) ([]uint32, error) {
+	var out []uint32
+	var k [4]byte
+	v := make([]byte, m.ValueSize())
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, binary.BigEndian.Uint32(k[:]))
+	}
+	return out, it.Err()
 }

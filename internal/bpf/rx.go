@@ -61,6 +61,12 @@ var _ handover.OrderMap = (*Rx)(nil)
 // caller attaches Program to the ingress of every interface tunnel packets
 // arrive on, calls SetAgg0, and must Close the Rx.
 func LoadRx(tunnelPort uint16) (*Rx, error) {
+	return LoadRxPinned(tunnelPort, "")
+}
+
+// LoadRxPinned is LoadRx with the maps pinned in dir (see loadCollection):
+// the ordering state and counters an earlier daemon pinned there are adopted.
+func LoadRxPinned(tunnelPort uint16, dir string) (*Rx, error) {
 	if tunnelPort == 0 {
 		return nil, errors.New("load rx fast path: tunnel port must not be 0")
 	}
@@ -78,7 +84,7 @@ func LoadRx(tunnelPort uint16) (*Rx, error) {
 		return nil, fmt.Errorf("load rx fast path: %w", permErr(err))
 	}
 	r := &Rx{}
-	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
+	if err := loadCollection(spec, &r.objs, dir); err != nil {
 		return nil, fmt.Errorf("load rx fast path: %w", loadErr(err))
 	}
 	return r, nil
@@ -144,6 +150,15 @@ func (r *Rx) DisableSession(index uint32) error {
 		return fmt.Errorf("rx fast path: disable session %#x: %w", index, err)
 	}
 	return nil
+}
+
+// Sessions lists the receive indexes of the sessions the fast path receives for.
+func (r *Rx) Sessions() ([]uint32, error) {
+	ids, err := sessionIndexes(r.objs.RxOrder)
+	if err != nil {
+		return nil, fmt.Errorf("rx fast path: listing sessions: %w", err)
+	}
+	return ids, nil
 }
 
 // ReadOrder returns the session's ordering state, read under its lock.

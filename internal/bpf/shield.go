@@ -45,6 +45,9 @@ const (
 	XDPNative XDPMode = "native"
 	// XDPGeneric runs after skb allocation: correct, but without the speed.
 	XDPGeneric XDPMode = "generic"
+	// XDPAdopted: a link an earlier daemon attached (and pinned) was switched
+	// to the new program and kept its mode.
+	XDPAdopted XDPMode = "adopted"
 )
 
 // MaxKeyGenerations is how many receive key generations a session holds in
@@ -75,6 +78,13 @@ type Shield struct {
 // LoadShield loads the XDP shield for the given tunnel UDP port into the
 // kernel. The caller must Close it.
 func LoadShield(tunnelPort uint16) (*Shield, error) {
+	return LoadShieldPinned(tunnelPort, "")
+}
+
+// LoadShieldPinned is LoadShield with the maps pinned in dir (see
+// loadCollection): the session keys and counters an earlier daemon pinned
+// there are adopted.
+func LoadShieldPinned(tunnelPort uint16, dir string) (*Shield, error) {
 	if tunnelPort == 0 {
 		return nil, errors.New("load shield: tunnel port must not be 0")
 	}
@@ -96,7 +106,7 @@ func LoadShield(tunnelPort uint16) (*Shield, error) {
 	}
 
 	s := &Shield{}
-	if err := spec.LoadAndAssign(&s.objs, nil); err != nil {
+	if err := loadCollection(spec, &s.objs, dir); err != nil {
 		return nil, fmt.Errorf("load shield: %w", loadErr(err))
 	}
 	return s, nil
@@ -156,6 +166,15 @@ func (s *Shield) DeleteSession(index uint32) error {
 	return nil
 }
 
+// Sessions lists the indexes of the sessions the shield has keys for.
+func (s *Shield) Sessions() ([]uint32, error) {
+	ids, err := sessionIndexes(s.objs.Sessions)
+	if err != nil {
+		return nil, fmt.Errorf("shield: listing sessions: %w", err)
+	}
+	return ids, nil
+}
+
 // sessionMapKey is the sessions map's key: the index as its 4 bytes appear
 // on the wire (big-endian), which the BPF side uses without conversion.
 func sessionMapKey(index uint32) [4]byte {
@@ -201,6 +220,25 @@ func (s *Shield) LinkStats() (map[uint8]map[string]uint64, error) {
 // returned mode says which. Closing the link detaches the program; the
 // Shield stays loaded and can be attached elsewhere.
 func (s *Shield) Attach(ifindex int) (link.Link, XDPMode, error) {
+	return s.AttachPinned(ifindex, "")
+}
+
+// AttachPinned is Attach with the link pinned at pin (see LinkPin); a link an
+// earlier daemon pinned there is switched to this Shield's program instead
+// (mode XDPAdopted: it keeps the mode it was attached in).
+func (s *Shield) AttachPinned(ifindex int, pin string) (link.Link, XDPMode, error) {
+	mode := XDPAdopted
+	l, _, err := attachPinned(s.objs.AggdXdpShield, pin, func() (l link.Link, err error) {
+		l, mode, err = s.attach(ifindex)
+		return l, err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return l, mode, nil
+}
+
+func (s *Shield) attach(ifindex int) (link.Link, XDPMode, error) {
 	l, nerr := link.AttachXDP(link.XDPOptions{
 		Program:   s.objs.AggdXdpShield,
 		Interface: ifindex,

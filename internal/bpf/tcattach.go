@@ -18,6 +18,9 @@ const (
 	TCModeTCX TCMode = "tcx"
 	// TCModeClsact: a clsact qdisc with a direct-action cls_bpf filter (older kernels).
 	TCModeClsact TCMode = "clsact"
+	// TCModeAdopted: a TCX link an earlier daemon pinned was switched to the new
+	// program.
+	TCModeAdopted TCMode = "tcx (adopted)"
 )
 
 // TCAttachment is an attached tc program; Close detaches it.
@@ -29,12 +32,25 @@ type TCAttachment interface {
 // an interface: with TCX where the kernel has it, else with clsact + cls_bpf through
 // netlink (ARCHITECTURE §9: TCX needs 6.6; Debian 12's 6.1 and OpenWrt's 5.15 have not).
 func AttachTC(prog *ebpf.Program, ifindex int, egress bool) (TCAttachment, TCMode, error) {
+	return AttachTCPinned(prog, ifindex, egress, "")
+}
+
+// AttachTCPinned is AttachTC with a TCX link pinned at pin (see LinkPin); a link an
+// earlier daemon pinned there is switched to prog instead (mode TCModeAdopted), so
+// the hook never goes empty. A clsact filter needs no pin: it stays attached to its
+// interface until deleted, and attaching replaces the one left there.
+func AttachTCPinned(prog *ebpf.Program, ifindex int, egress bool, pin string) (TCAttachment, TCMode, error) {
 	at := ebpf.AttachTCXIngress
 	if egress {
 		at = ebpf.AttachTCXEgress
 	}
-	l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: at})
+	l, adopted, err := attachPinned(prog, pin, func() (link.Link, error) {
+		return link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: at})
+	})
 	if err == nil {
+		if adopted {
+			return l, TCModeAdopted, nil
+		}
 		return l, TCModeTCX, nil
 	}
 	tcxErr := err

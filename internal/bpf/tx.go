@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -104,12 +103,19 @@ type Tx struct {
 // LoadTx loads the transmit fast path into the kernel. The caller attaches
 // Program to agg0's egress and must Close the Tx.
 func LoadTx() (*Tx, error) {
-	return loadTx(0)
+	return loadTx(0, "")
+}
+
+// LoadTxPinned is LoadTx with the maps pinned in dir (see loadCollection): a
+// transmit path an earlier daemon pinned there is adopted with all its state
+// (sessions, routes, sequence numbers, counters).
+func LoadTxPinned(dir string) (*Tx, error) {
+	return loadTx(0, dir)
 }
 
 // loadTx loads the program for packets that start l2 bytes before their IP
 // header: 0 on agg0, 14 under BPF_PROG_TEST_RUN (see in_l2_len in tc_tx.c).
-func loadTx(l2 uint32) (*Tx, error) {
+func loadTx(l2 uint32, pinDir string) (*Tx, error) {
 	spec, err := loadFptx()
 	if err != nil {
 		return nil, fmt.Errorf("load tx fast path: %w", err)
@@ -130,7 +136,7 @@ func loadTx(l2 uint32) (*Tx, error) {
 		return nil, fmt.Errorf("load tx fast path: %w", permErr(err))
 	}
 	t := &Tx{}
-	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
+	if err := loadCollection(spec, &t.objs, pinDir); err != nil {
 		return nil, fmt.Errorf("load tx fast path: %w", loadErr(err))
 	}
 	if err := t.mapSeq(); err != nil {
@@ -296,6 +302,58 @@ func (t *Tx) DeleteSession(slot uint32) error {
 	return nil
 }
 
+// SessionSlots lists the slots that hold a session.
+func (t *Tx) SessionSlots() ([]uint32, error) {
+	var out []uint32
+	var slot uint32
+	var v fptxAggdFpTxSession
+	it := t.objs.TxSessions.Iterate()
+	for it.Next(&slot, &v) {
+		out = append(out, slot)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("listing tx sessions: %w", err)
+	}
+	return out, nil
+}
+
+// RoutesPerSlot counts the routes that point at each slot.
+func (t *Tx) RoutesPerSlot() (map[uint32]int, error) {
+	out := make(map[uint32]int)
+	var k fptxAggdFpRouteKey
+	var slot uint32
+	it := t.objs.TxRoutes.Iterate()
+	for it.Next(&k, &slot) {
+		out[slot]++
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("listing tx routes: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteRoutesTo deletes every route that points at slot.
+func (t *Tx) DeleteRoutesTo(slot uint32) error {
+	var keys []fptxAggdFpRouteKey
+	var k fptxAggdFpRouteKey
+	var v uint32
+	it := t.objs.TxRoutes.Iterate()
+	for it.Next(&k, &v) {
+		if v == slot {
+			keys = append(keys, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("listing tx routes: %w", err)
+	}
+	for i := range keys {
+		if err := t.objs.TxRoutes.Delete(&keys[i]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("deleting a route to slot %d: %w", slot, err)
+		}
+	}
+	return nil
+}
+
 // routeKey is the tx_routes key of p: the family byte (4 or 6) and the
 // address, prefix length counting the family byte's 8 bits.
 func routeKey(p netip.Prefix) (fptxAggdFpRouteKey, error) {
@@ -437,84 +495,6 @@ func (t *Tx) Close() error {
 		t.seqMem = nil
 	}
 	return errors.Join(err, t.objs.Close())
-}
-
-// txPins are the names PinTo gives the program and maps in its directory.
-const txProgPin = "aggd_tc_tx"
-
-func (t *Tx) pinnables() map[string]interface{ Pin(string) error } {
-	return map[string]interface{ Pin(string) error }{
-		txProgPin:       t.objs.AggdTcTx,
-		"tx_routes":     t.objs.TxRoutes,
-		"tx_sessions":   t.objs.TxSessions,
-		"tx_sched":      t.objs.TxSched,
-		"tx_seq":        t.objs.TxSeq,
-		"tx_verdicts":   t.objs.TxVerdicts,
-		"tx_link_stats": t.objs.TxLinkStats,
-	}
-}
-
-// PinTo pins the program and its maps in dir, a directory on a BPF
-// filesystem (e.g. /sys/fs/bpf/aggd), created if missing. Pinned, they
-// outlive the process: a restarted daemon adopts them with LoadPinnedTx
-// while the attached program keeps forwarding with the last state.
-func (t *Tx) PinTo(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("pin tx fast path: %w", err)
-	}
-	for name, obj := range t.pinnables() {
-		if err := obj.Pin(filepath.Join(dir, name)); err != nil {
-			return fmt.Errorf("pin tx fast path: %s in %s (is it on a bpf filesystem? mount -t bpf bpf /sys/fs/bpf): %w", name, dir, err)
-		}
-	}
-	return nil
-}
-
-// LoadPinnedTx adopts a transmit fast path pinned with PinTo. Its maps must
-// have the layout this binary's object declares; if not (a daemon upgrade
-// that changed them), the pins must be replaced: load a new Tx and attach it.
-func LoadPinnedTx(dir string) (*Tx, error) {
-	spec, err := loadFptx()
-	if err != nil {
-		return nil, fmt.Errorf("load pinned tx fast path: %w", err)
-	}
-	if err := checkTxVerdictEnum(spec); err != nil {
-		return nil, fmt.Errorf("load pinned tx fast path: %w", err)
-	}
-	t := &Tx{}
-	fail := func(err error) (*Tx, error) {
-		return nil, fmt.Errorf("load pinned tx fast path from %s: %w", dir, errors.Join(err, t.objs.Close()))
-	}
-	maps := map[string]**ebpf.Map{
-		"tx_routes":     &t.objs.TxRoutes,
-		"tx_sessions":   &t.objs.TxSessions,
-		"tx_sched":      &t.objs.TxSched,
-		"tx_seq":        &t.objs.TxSeq,
-		"tx_verdicts":   &t.objs.TxVerdicts,
-		"tx_link_stats": &t.objs.TxLinkStats,
-	}
-	for name, dst := range maps {
-		m, err := ebpf.LoadPinnedMap(filepath.Join(dir, name), nil)
-		if err != nil {
-			return fail(err)
-		}
-		*dst = m
-		if err := spec.Maps[name].Compatible(m); err != nil {
-			return fail(fmt.Errorf("pinned map %s does not match this aggd's layout (replace the pins): %w", name, err))
-		}
-	}
-	prog, err := ebpf.LoadPinnedProgram(filepath.Join(dir, txProgPin), nil)
-	if err != nil {
-		return fail(err)
-	}
-	t.objs.AggdTcTx = prog
-	if prog.Type() != ebpf.SchedCLS {
-		return fail(fmt.Errorf("pinned %s is a %s program, want %s", txProgPin, prog.Type(), ebpf.SchedCLS))
-	}
-	if err := t.mapSeq(); err != nil {
-		return fail(err)
-	}
-	return t, nil
 }
 
 // checkTxVerdictEnum compares TxVerdicts with enum aggd_fp_tx_verdict as

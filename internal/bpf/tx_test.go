@@ -46,7 +46,7 @@ func (c *skbCtx) setGSO(size, segs uint32) {
 func loadTxT(t *testing.T) *Tx {
 	t.Helper()
 	needRoot(t)
-	tx, err := loadTx(14)
+	tx, err := loadTx(14, "")
 	if err != nil {
 		t.Fatalf("loadTx: %v", err)
 	}
@@ -844,58 +844,3 @@ func TestTxLoads(t *testing.T) {
 	}
 }
 
-// A pinned fast path is adopted by a new Tx: same program, same maps, same
-// sequence memory.
-func TestTxPinAndAdopt(t *testing.T) {
-	tx := loadTxT(t)
-	// A bpf filesystem of the test's own, so the test needs none mounted
-	// and leaves nothing behind.
-	mnt := t.TempDir()
-	if err := unix.Mount("bpf", mnt, "bpf", 0, "mode=0700"); err != nil {
-		t.Fatalf("mount a bpf filesystem on %s: %v", mnt, err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", mnt, err)
-		}
-	})
-	dir := filepath.Join(mnt, "aggd")
-	if err := tx.PinTo(dir); err != nil {
-		t.Fatalf("PinTo: %v", err)
-	}
-	setTxSession(t, tx, 3, TxSession{Enabled: true, PeerIndex: 3, Key: testKey, MTU: 1500, Links: []TxLink{l3Link(0, 1e6)}})
-	setTxRoute(t, tx, "10.30.0.0/16", 3)
-	txSeq(t, tx, 3).Set(500)
-
-	adopted, err := LoadPinnedTx(dir)
-	if err != nil {
-		t.Fatalf("LoadPinnedTx: %v", err)
-	}
-	defer func() {
-		if err := adopted.Close(); err != nil {
-			t.Errorf("Close adopted: %v", err)
-		}
-	}()
-	// The old daemon goes away; the pins keep everything. (loadTxT's
-	// cleanup closes it again, which must be harmless.)
-	if err := tx.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	q := txSeq(t, adopted, 3)
-	if q.Peek() != 500 {
-		t.Errorf("adopted seq %d, want 500", q.Peek())
-	}
-	ret, out := runTx(t, adopted, frameOf(inner4(netip.MustParseAddr("10.30.0.1"), 10)), nil)
-	if ret != tcActRedirect {
-		t.Fatalf("adopted program: verdict %d", ret)
-	}
-	if h, err := wire.ParseHeader(out[42:]); err != nil || h.Seq != 500 {
-		t.Errorf("adopted program sent seq %d (%v), want 500", h.Seq, err)
-	}
-	if q.Peek() != 501 {
-		t.Errorf("after one packet the adopted seq is %d, want 501", q.Peek())
-	}
-	if _, err := LoadPinnedTx(filepath.Join(dir, "missing")); err == nil {
-		t.Error("LoadPinnedTx of a missing directory: no error")
-	}
-}
