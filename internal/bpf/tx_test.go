@@ -843,4 +843,3 @@ func TestTxLoads(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 }
-
