@@ -145,3 +145,15 @@ type pinnedLink struct{ link.Link }
 func (p pinnedLink) Close() error {
 	return errors.Join(p.Unpin(), p.Link.Close())
 }
+
+// RemoveLinkPins unpins the links in dir whose hook name starts with hookPrefix: a
+// link nothing else holds is detached.
+func RemoveLinkPins(dir, hookPrefix string) {
+	if dir == "" {
+		return
+	}
+	pins, _ := filepath.Glob(filepath.Join(dir, "link_"+hookPrefix+"*"))
+	for _, p := range pins {
+		_ = os.Remove(p)
+	}
+}

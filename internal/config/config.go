@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"time"
 )
@@ -102,6 +103,10 @@ type BPF struct {
 	// uplinks) instead of only checking them at XDP. Experimental and off by default
 	// (docs/fastpath.md, Known problems).
 	FastPath bool `yaml:"fast_path"`
+	// PinDir is where the fast path pins its maps and program attachments on a BPF
+	// filesystem, so that forwarding outlives the daemon and the next one adopts it
+	// (docs/fastpath.md, Restarts).
+	PinDir string `yaml:"pin_dir"`
 }
 
 // Defaults shared by both modes.
@@ -127,7 +132,11 @@ func defaultMetrics() Metrics {
 	return Metrics{Enabled: true, Listen: netip.MustParseAddrPort(defaultMetricsListen)}
 }
 func defaultLog() Log { return Log{Level: LogInfo, Format: LogText} }
-func defaultBPF() BPF { return BPF{Enabled: true} }
+func defaultBPF() BPF { return BPF{Enabled: true, PinDir: DefaultPinDir} }
+
+// DefaultPinDir is bpf.pin_dir's default: aggd's directory on the BPF filesystem
+// systemd mounts at boot.
+const DefaultPinDir = "/sys/fs/bpf/aggd"
 
 // Bounds of the numbers the checks enforce. They catch slips (a unit off by 1000), not
 // taste: anything inside is accepted.
@@ -156,6 +165,9 @@ func (c *collector) checkReorder(r Reorder) {
 func (c *collector) checkBPF(b BPF) {
 	if b.FastPath && !b.Enabled {
 		c.add("bpf.fast_path", "needs bpf.enabled: true (the fast path runs behind the XDP shield); enable both or drop fast_path")
+	}
+	if !filepath.IsAbs(b.PinDir) {
+		c.add("bpf.pin_dir", "%q is not an absolute path (a directory on a BPF filesystem, e.g. %s)", b.PinDir, DefaultPinDir)
 	}
 }
 

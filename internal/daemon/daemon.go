@@ -59,9 +59,10 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 		log.Info("BPF disabled (--no-bpf or bpf.enabled: false): forwarding in userspace, no XDP shield")
 	}
 
-	host := &hostChanges{log: log, tunName: cfg.Tunnel.Interface}
+	fastPathOn := cfg.BPF.Enabled && !opts.NoBPF && (cfg.BPF.FastPath || opts.FastPath)
+	host := &hostChanges{log: log, tunName: cfg.Tunnel.Interface, pinRoot: cfg.BPF.PinDir}
 	defer host.undo()
-	host.removeLeftovers()
+	host.prepare(planPersistence(log, fastPathOn, cfg.BPF.PinDir, cfg.Tunnel.Interface))
 	for i, u := range cfg.Uplinks {
 		if u.Gateway.IsValid() {
 			// A route to the headend through this uplink's gateway, so the uplink's
@@ -97,11 +98,11 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 		}
 		// The shield spots tunnel packets by destination port: the uplink sockets bind
 		// the headend's port so that replies to them carry it.
-		if sh := startShield(log, endpoint.Port(), ifaces, m.Registry); sh != nil {
+		if sh := startShield(log, endpoint.Port(), ifaces, m.Registry, host.keep.dir); sh != nil {
 			defer sh.close()
 			session.Keys = sh.observer()
 			localPort = endpoint.Port()
-			if fp := tryFastPath(log, cfg.BPF.FastPath || opts.FastPath, endpoint.Port(), dev.Name(), mtu, sh.interfaces(), m); fp != nil {
+			if fp := tryFastPath(log, fastPathOn, endpoint.Port(), dev.Name(), mtu, sh, m, host.keep); fp != nil {
 				defer fp.close()
 				session.FastPath = fp
 				session.Routes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
@@ -139,9 +140,10 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 		log.Info("BPF disabled (--no-bpf or bpf.enabled: false): forwarding in userspace, no XDP shield")
 	}
 
-	host := &hostChanges{log: log, tunName: cfg.Tunnel.Interface}
+	fastPathOn := cfg.BPF.Enabled && !opts.NoBPF && (cfg.BPF.FastPath || opts.FastPath)
+	host := &hostChanges{log: log, tunName: cfg.Tunnel.Interface, pinRoot: cfg.BPF.PinDir}
 	defer host.undo()
-	host.removeLeftovers()
+	host.prepare(planPersistence(log, fastPathOn, cfg.BPF.PinDir, cfg.Tunnel.Interface))
 	dev, err := host.tunnel(mtu, cfg.Tunnel.Address)
 	if err != nil {
 		return err
@@ -169,10 +171,10 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	}
 	session := sessionConfig("", cfg.Reorder, cfg.Probe)
 	if cfg.BPF.Enabled && !opts.NoBPF {
-		if sh := startShield(log, cfg.Listen.Port(), shieldInterfaces(dev.Name()), m.Registry); sh != nil {
+		if sh := startShield(log, cfg.Listen.Port(), shieldInterfaces(dev.Name()), m.Registry, host.keep.dir); sh != nil {
 			defer sh.close()
 			session.Keys = sh.observer()
-			if fp := tryFastPath(log, cfg.BPF.FastPath || opts.FastPath, cfg.Listen.Port(), dev.Name(), mtu, sh.interfaces(), m); fp != nil {
+			if fp := tryFastPath(log, fastPathOn, cfg.Listen.Port(), dev.Name(), mtu, sh, m, host.keep); fp != nil {
 				defer fp.close()
 				session.FastPath = fp
 			}
@@ -192,12 +194,12 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 // worth having, and only sound, on the interfaces the shield guards (the receive
 // program trusts the shield's tag check). Failing is not fatal: the daemon forwards
 // everything itself and says why.
-func tryFastPath(log *slog.Logger, wanted bool, port uint16, tunName string, mtu int, ifaces []string, m *metrics.Set) *fastPath {
+func tryFastPath(log *slog.Logger, wanted bool, port uint16, tunName string, mtu int, sh *shield, m *metrics.Set, keep persistence) *fastPath {
 	if !wanted {
 		log.Info("forwarding in userspace behind the XDP shield (bpf.fast_path: false, the default)")
 		return nil
 	}
-	fp, err := startFastPath(log, port, tunName, mtu, ifaces, m.Registry)
+	fp, err := startFastPath(log, port, tunName, mtu, sh, m.Registry, keep)
 	if err != nil {
 		log.Warn("BPF fast path not loaded: forwarding in userspace (same behaviour, slower)", "err", err)
 		return nil

@@ -29,8 +29,11 @@ type fastPath struct {
 	attach  []bpf.TCAttachment
 	nexthop *nexthopCache
 
-	mu    sync.Mutex
-	slots [maxFastSessions]bool
+	mu      sync.Mutex
+	slots   [maxFastSessions]bool
+	open    map[uint32]bool // receive indexes of the open sessions
+	adopted *adoptedState   // an earlier run's sessions, until retired
+	shield  *bpf.Shield
 
 	csumMu   sync.Mutex
 	csumDone map[int]bool      // interfaces completeChecksums has seen, by index
@@ -47,23 +50,35 @@ const maxFastSessions = 1024
 // interface's egress, receive on the ingress of every interface tunnel packets arrive
 // on (the ones the XDP shield guards, which checks them first). Any failure leaves
 // nothing behind and returns why: the caller falls back to userspace forwarding.
-func startFastPath(log *slog.Logger, port uint16, tunName string, mtu int, rxIfaces []string, reg *prometheus.Registry) (*fastPath, error) {
+//
+// With keep.dir set, maps and links are pinned there (see persist.go); with keep.adopt,
+// the programs load onto the earlier run's maps and take over its attachments.
+func startFastPath(log *slog.Logger, port uint16, tunName string, mtu int, sh *shield, reg *prometheus.Registry, keep persistence) (*fastPath, error) {
 	tunIfc, err := net.InterfaceByName(tunName)
 	if err != nil {
 		return nil, fmt.Errorf("tunnel interface %s: %w", tunName, err)
 	}
-	f := &fastPath{log: log, mtu: mtu, nexthop: newNexthopCache()}
+	rxIfaces := sh.interfaces()
+	f := &fastPath{log: log, mtu: mtu, nexthop: newNexthopCache(), open: make(map[uint32]bool), shield: sh.prog}
 	ok := false
 	defer func() {
 		if !ok {
 			f.close()
+			// An earlier run's attachments this run did not take over would keep
+			// forwarding with programs nobody programs any more.
+			bpf.RemoveLinkPins(keep.dir, "tc_")
 		}
 	}()
-	if f.tx, err = bpf.LoadTx(); err != nil {
+	if f.tx, err = bpf.LoadTxPinned(keep.dir); err != nil {
 		return nil, fmt.Errorf("loading the transmit program: %w", err)
 	}
-	if f.rx, err = bpf.LoadRx(port); err != nil {
+	if f.rx, err = bpf.LoadRxPinned(port, keep.dir); err != nil {
 		return nil, fmt.Errorf("loading the receive program: %w", err)
+	}
+	if keep.adopt {
+		if err := f.adopt(); err != nil {
+			return nil, err
+		}
 	}
 	if err := f.rx.SetAgg0(tunIfc.Index); err != nil {
 		return nil, err
@@ -73,7 +88,7 @@ func startFastPath(log *slog.Logger, port uint16, tunName string, mtu int, rxIfa
 	if err := netcfg.DisableGSO(tunName); err != nil {
 		log.Warn("fast path: cannot turn GSO off on the tunnel interface; local TCP will take the slow path", "err", err)
 	}
-	a, mode, err := bpf.AttachTC(f.tx.Program(), tunIfc.Index, true)
+	a, mode, err := bpf.AttachTCPinned(f.tx.Program(), tunIfc.Index, true, bpf.LinkPin(keep.dir, "tc_egress", tunName))
 	if err != nil {
 		return nil, fmt.Errorf("%s egress: %w", tunName, err)
 	}
@@ -84,7 +99,7 @@ func startFastPath(log *slog.Logger, port uint16, tunName string, mtu int, rxIfa
 		if err != nil {
 			return nil, fmt.Errorf("uplink %s: %w", name, err)
 		}
-		a, mode, err := bpf.AttachTC(f.rx.Program(), ifc.Index, false)
+		a, mode, err := bpf.AttachTCPinned(f.rx.Program(), ifc.Index, false, bpf.LinkPin(keep.dir, "tc_ingress", name))
 		if err != nil {
 			return nil, fmt.Errorf("%s ingress: %w", name, err)
 		}
@@ -160,6 +175,9 @@ func (f *fastPath) OpenSession(localIndex uint32, routes []netip.Prefix) tunnel.
 		f.log.Warn("fast path full: this session forwards in userspace", "session", localIndex, "sessions", maxFastSessions)
 		return nil
 	}
+	f.mu.Lock()
+	f.open[localIndex] = true
+	f.mu.Unlock()
 	s := &fpSession{f: f, slot: uint32(slot), index: localIndex, routes: routes,
 		prevRx: make(map[uint8]bpf.RxLinkStats)}
 	fail := func(what string, err error) tunnel.SessionPath {
@@ -250,17 +268,17 @@ func (s *fpSession) Program(st tunnel.TxState) {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.txOn = true
-	if s.routesOn {
-		return
-	}
-	for _, p := range s.routes {
-		if err := s.f.tx.SetRoute(p, s.slot); err != nil {
-			s.f.log.Warn("fast path: cannot route a prefix into the kernel; its packets take the slow path", "prefix", p, "err", err)
+	if !s.routesOn {
+		for _, p := range s.routes {
+			if err := s.f.tx.SetRoute(p, s.slot); err != nil {
+				s.f.log.Warn("fast path: cannot route a prefix into the kernel; its packets take the slow path", "prefix", p, "err", err)
+			}
 		}
+		s.routesOn = true
 	}
-	s.routesOn = true
+	s.mu.Unlock()
+	s.f.retireAdopted()
 }
 
 // warn logs at most once per 10 s per session: Program runs every probe interval.
@@ -357,6 +375,7 @@ func (s *fpSession) Close() {
 		}
 		s.f.mu.Lock()
 		s.f.slots[s.slot] = false
+		delete(s.f.open, s.index)
 		s.f.mu.Unlock()
 	})
 }

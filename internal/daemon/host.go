@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/netip"
 
+	"github.com/aggd/aggd/internal/bpf"
 	"github.com/aggd/aggd/internal/fallback"
 	"github.com/aggd/aggd/internal/nat"
 	"github.com/aggd/aggd/internal/netcfg"
@@ -15,13 +16,41 @@ import (
 type hostChanges struct {
 	log     *slog.Logger
 	tunName string
+	pinRoot string // bpf.pin_dir
+	keep    persistence
 	dev     *tun.Device
 	natOn   bool
 }
 
+// prepare readies the host for this run: an earlier run's fast path is adopted when
+// this run pins its own (persistence), and its leftovers are removed otherwise.
+func (h *hostChanges) prepare(keep persistence) {
+	h.keep = keep
+	if keep.adopt {
+		// agg0, its routes and the NAT table carry the traffic the pinned programs still
+		// forward: keep them. They are set again below, each step idempotent.
+		h.log.Info("adopting the fast path an earlier run left pinned: its tunnel interface, routes and NAT stay, and the kernel keeps forwarding meanwhile",
+			"interface", h.tunName, "pins", keep.dir)
+		if err := fallback.Remove(); err != nil {
+			h.log.Warn("could not remove leftover direct-routing rules", "err", err)
+		}
+		return
+	}
+	h.removeLeftovers()
+}
+
 // removeLeftovers deletes what a previous run that crashed may have left behind: the
-// tunnel interface, routes marked as aggd's, and aggd's nftables table.
+// tunnel interface, routes marked as aggd's, aggd's nftables table, and pinned BPF
+// state (unpinning detaches the programs it attached).
 func (h *hostChanges) removeLeftovers() {
+	stale := instancePinDir(h.pinRoot, h.tunName)
+	if bpf.HasPins(stale) {
+		if err := bpf.RemovePins(stale); err != nil {
+			h.log.Warn("could not remove the pinned fast path of an earlier run", "err", err)
+		} else {
+			h.log.Info("removed the pinned fast path of an earlier run", "pins", stale)
+		}
+	}
 	if existed, err := netcfg.DeleteLink(h.tunName); err != nil {
 		h.log.Warn("could not remove leftover tunnel interface", "interface", h.tunName, "err", err)
 	} else if existed {
@@ -50,6 +79,11 @@ func (h *hostChanges) tunnel(mtu int, addrs []netip.Prefix) (*tun.Device, error)
 		return nil, err
 	}
 	h.dev = dev
+	if h.keep.dir != "" {
+		if err := dev.SetPersistent(true); err != nil {
+			h.log.Warn("tunnel interface not persistent: forwarding will stop whenever aggd stops or restarts", "err", err)
+		}
+	}
 	if err := netcfg.ConfigureTunnel(dev.Name(), mtu, addrs); err != nil {
 		return nil, err
 	}
@@ -67,7 +101,8 @@ func (h *hostChanges) nat(rules []nat.Masquerade) error {
 	return nil
 }
 
-// undo reverts everything; closing the TUN device deletes it with its routes.
+// undo reverts everything; deleting the TUN device takes its routes with it. The pins
+// go last, after the programs were detached.
 func (h *hostChanges) undo() {
 	if h.natOn {
 		if _, err := nat.Remove(); err != nil {
@@ -82,6 +117,9 @@ func (h *hostChanges) undo() {
 		if _, err := netcfg.DeleteLink(h.tunName); err != nil {
 			h.log.Warn("could not remove tunnel interface", "err", err)
 		}
+	}
+	if err := bpf.RemovePins(h.keep.dir); err != nil {
+		h.log.Warn("could not remove the fast path's pins", "err", err)
 	}
 	h.log.Info("host configuration removed")
 }

@@ -23,8 +23,12 @@ type shield struct {
 
 // startShield loads and attaches the shield. Failing to do so is not fatal: the
 // daemon checks every packet itself too, so it goes on without, and says why.
-func startShield(log *slog.Logger, port uint16, ifaces []string, reg *prometheus.Registry) *shield {
-	prog, err := bpf.LoadShield(port)
+//
+// With pins (the fast path's persistence) its maps and links are pinned there, and an
+// earlier run's are adopted: the session keys it holds keep the earlier run's traffic
+// passing until its sessions are retired.
+func startShield(log *slog.Logger, port uint16, ifaces []string, reg *prometheus.Registry, pins string) *shield {
+	prog, err := bpf.LoadShieldPinned(port, pins)
 	if err != nil {
 		log.Warn("XDP shield not loaded; the daemon checks every packet itself (slower under attack)", "err", err)
 		return nil
@@ -36,7 +40,7 @@ func startShield(log *slog.Logger, port uint16, ifaces []string, reg *prometheus
 			log.Warn("XDP shield: interface not found", "interface", name, "err", err)
 			continue
 		}
-		l, mode, err := prog.Attach(ifc.Index)
+		l, mode, err := prog.AttachPinned(ifc.Index, bpf.LinkPin(pins, "xdp", name))
 		if err != nil {
 			log.Warn("XDP shield not attached", "interface", name, "err", err)
 			continue

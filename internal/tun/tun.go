@@ -8,6 +8,7 @@ package tun
 import (
 	"fmt"
 	"os"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -43,6 +44,31 @@ func Open(name string) (*Device, error) {
 	}
 	got := string(req.name[:clen(req.name[:])])
 	return &Device{file: os.NewFile(uintptr(fd), "/dev/net/tun:"+got), name: got}, nil
+}
+
+// SetPersistent makes the device outlive the daemon's descriptor (TUNSETPERSIST): with
+// the kernel fast path forwarding through it, traffic then keeps flowing while the
+// daemon restarts, and the next daemon attaches to the same device. A persistent device
+// must be deleted explicitly (netcfg.DeleteLink).
+func (d *Device) SetPersistent(on bool) error {
+	var v uintptr
+	if on {
+		v = 1
+	}
+	conn, err := d.file.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("tun: %s: %w", d.name, err)
+	}
+	var errno syscall.Errno
+	if err := conn.Control(func(fd uintptr) {
+		_, _, errno = unix.Syscall(unix.SYS_IOCTL, fd, unix.TUNSETPERSIST, v)
+	}); err != nil {
+		return fmt.Errorf("tun: %s: %w", d.name, err)
+	}
+	if errno != 0 {
+		return fmt.Errorf("tun: make %s persistent: %w", d.name, errno)
+	}
+	return nil
 }
 
 // Name is the kernel's name for the device.

@@ -74,19 +74,28 @@ func udpFlow(t testing.TB, n *testnet.Net, rate string, seconds int, reverse boo
 		args = append(args, "-R")
 	}
 	out, err := n.Try("lan", args...)
-	var r struct {
-		End struct {
-			Sum struct {
-				LostPercent float64 `json:"lost_percent"`
-				OutOfOrder  int     `json:"out_of_order"`
-			} `json:"sum"`
-		} `json:"end"`
-		Error string `json:"error"`
-	}
-	if jerr := json.Unmarshal([]byte(out), &r); jerr != nil || err != nil || r.Error != "" {
+	r, jerr := parseIperfUDP(out)
+	if jerr != nil || err != nil || r.Error != "" {
 		t.Fatalf("iperf3 %v failed: %v %s\n%s", args, err, r.Error, tail([]byte(out), 2000))
 	}
 	return r.End.Sum.LostPercent, r.End.Sum.OutOfOrder
+}
+
+// iperfUDPResult is the part of an iperf3 -u -J client output the tests read.
+type iperfUDPResult struct {
+	End struct {
+		Sum struct {
+			LostPercent float64 `json:"lost_percent"`
+			OutOfOrder  int     `json:"out_of_order"`
+		} `json:"sum"`
+	} `json:"end"`
+	Error string `json:"error"`
+}
+
+func parseIperfUDP(out string) (iperfUDPResult, error) {
+	var r iperfUDPResult
+	err := json.Unmarshal([]byte(out), &r)
+	return r, err
 }
 
 // TestFastPathCarriesTraffic runs the bond with the kernel fast path on (--fast-path).

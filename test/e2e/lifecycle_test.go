@@ -29,7 +29,8 @@ func TestShutdownAndCrashRecovery(t *testing.T) {
 
 	// A new CPE adopts the host: cleans up, handshakes again (the headend replaces the
 	// old session), and traffic flows.
-	b.cpe = n.Start("cpe", filepath.Join(b.dir, "cpe2.log"), aggdBinary, "cpe", "--config", filepath.Join(b.dir, "cpe.yaml"))
+	b.cpe = n.Start("cpe", filepath.Join(b.dir, "cpe2.log"), append([]string{aggdBinary, "cpe", "--config", filepath.Join(b.dir, "cpe.yaml")},
+		strings.Fields(os.Getenv("AGGD_E2E_DAEMON_ARGS"))...)...)
 	b.waitReady(t)
 	if out, err := n.Try("lan", "ping", "-c3", "-i0.2", "-W1", server); err != nil {
 		t.Fatalf("no traffic after the CPE restarted: %v\n%s", err, out)
@@ -57,10 +58,20 @@ func TestShutdownAndCrashRecovery(t *testing.T) {
 		}
 	}
 	data, _ := os.ReadFile(filepath.Join(b.dir, "cpe2.log"))
-	// The kernel deletes a TUN with its routes when the crashed process's descriptor
-	// closes; the NAT table is what stays, and the new daemon must say it removed it.
-	if !strings.Contains(string(data), "removed leftover nftables table") {
-		t.Errorf("the restarted CPE did not report removing the crashed run's NAT table")
+	// Without the fast path the kernel deletes a TUN with its routes when the crashed
+	// process's descriptor closes; the NAT table is what stays, and the new daemon must
+	// say it removed it. With the fast path (AGGD_E2E_DAEMON_ARGS=--fast-path) agg0 is
+	// persistent and the pinned programs keep forwarding: the new daemon adopts them
+	// (TestFastPathSurvivesDaemonKill tests that in full).
+	want := "removed leftover nftables table"
+	if strings.Contains(os.Getenv("AGGD_E2E_DAEMON_ARGS"), "--fast-path") {
+		want = "adopting the fast path an earlier run left pinned"
+	}
+	if !strings.Contains(string(data), want) {
+		t.Errorf("the restarted CPE's log does not say %q", want)
+	}
+	if left := pinsLeft(); len(left) > 0 {
+		t.Errorf("pins left after a clean stop: %v", left)
 	}
 }
 

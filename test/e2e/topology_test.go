@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/aggd/aggd/internal/handshake"
 	"github.com/aggd/aggd/internal/testnet"
 )
@@ -45,6 +47,9 @@ type bond struct {
 // aggdBinary is built once for the package by TestMain.
 var aggdBinary string
 
+// pinRoot is the daemons' bpf.pin_dir, a BPF filesystem TestMain mounts.
+var pinRoot string
+
 func TestMain(m *testing.M) {
 	if os.Geteuid() == 0 {
 		dir, err := os.MkdirTemp("", "aggd-e2e-bin")
@@ -53,6 +58,16 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		aggdBinary = filepath.Join(dir, "aggd")
+		// The daemons pin the fast path on a BPF filesystem of the tests' own, in the
+		// host's mount namespace: `ip netns exec` gives each daemon a fresh /sys, where
+		// a BPF filesystem would die with the daemon and no restart could adopt it.
+		pinRoot = filepath.Join(dir, "bpf")
+		if err := os.Mkdir(pinRoot, 0o700); err == nil {
+			if err := unix.Mount("bpf", pinRoot, "bpf", 0, "mode=0700"); err != nil {
+				fmt.Fprintln(os.Stderr, "mounting a BPF filesystem for the fast path's pins:", err)
+				os.Exit(1)
+			}
+		}
 		build := exec.Command("go", "build", "-o", aggdBinary, "github.com/aggd/aggd/cmd/aggd")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
@@ -60,6 +75,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 		code := m.Run()
+		_ = unix.Unmount(pinRoot, unix.MNT_DETACH)
 		os.RemoveAll(dir)
 		os.Exit(code)
 	}
@@ -134,7 +150,9 @@ tunnel:
 uplinks:
 %slog:
   level: debug
-%s`, filepath.Join(dir, "cpe.key"), headendIP, hubKey, ups.String(), opts.cpe))
+bpf:
+  pin_dir: %s
+%s`, filepath.Join(dir, "cpe.key"), headendIP, hubKey, ups.String(), pinRoot, opts.cpe))
 	writeFile(t, dir, "hub.yaml", fmt.Sprintf(`private_key_file: %s
 listen: %s:4242
 tunnel:
@@ -147,7 +165,9 @@ peers:
     tunnel_address: [100.64.0.2/32]
 log:
   level: debug
-`, filepath.Join(dir, "hub.key"), headendIP, cpeKey))
+bpf:
+  pin_dir: %s
+`, filepath.Join(dir, "hub.key"), headendIP, cpeKey, pinRoot))
 
 	// AGGD_E2E_DAEMON_ARGS adds options to both daemons of every test (e.g. --fast-path:
 	// `make test` runs the suite once more with it, so the userspace tests check the
