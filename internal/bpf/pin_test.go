@@ -60,7 +60,7 @@ func TestTxPinnedMapsAreAdopted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("load onto the pins: %v", err)
 	}
-	defer second.Close()
+	defer func() { _ = second.Close() }()
 	if slots, err := second.SessionSlots(); err != nil || len(slots) != 1 || slots[0] != 3 {
 		t.Errorf("adopted sessions %v (%v), want [3]", slots, err)
 	}
@@ -107,17 +107,17 @@ func TestIncompatiblePinIsReplaced(t *testing.T) {
 	if err := odd.Pin(filepath.Join(dir, "tx_sessions")); err != nil {
 		t.Fatal(err)
 	}
-	odd.Close()
+	_ = odd.Close()
 	tx, err := loadTx(14, dir)
 	if err != nil {
 		t.Fatalf("load over an incompatible pin: %v", err)
 	}
-	defer tx.Close()
+	defer func() { _ = tx.Close() }()
 	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "tx_sessions"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Close()
+	defer func() { _ = m.Close() }()
 	if m.Type() != ebpf.Hash {
 		t.Errorf("tx_sessions pin is a %s map after loading, want the object's hash", m.Type())
 	}
@@ -132,12 +132,12 @@ func TestPinnedTCLinkIsAdopted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer first.Close()
+	defer func() { _ = first.Close() }()
 	second, err := loadTx(0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer second.Close()
+	defer func() { _ = second.Close() }()
 	inFreshNetns(t, func(netns.NsHandle) {
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "aggd-a"}, PeerName: "aggd-b"}
 		if err := netlink.LinkAdd(veth); err != nil {

@@ -102,10 +102,17 @@ func waitMetric(t *testing.T, b *bond, ns, series string, want float64, within t
 // agg0TxPackets is how many packets the CPE's agg0 has handed to aggd (LAN → tunnel).
 func agg0TxPackets(t *testing.T, b *bond) int {
 	t.Helper()
-	out := b.Run("cpe", "cat", "/sys/class/net/agg0/statistics/tx_packets")
+	return sysCounter(t, b, "cpe", "/sys/class/net/agg0/statistics/tx_packets")
+}
+
+// sysCounter reads an interface counter file in a namespace (ip netns exec mounts the
+// namespace's own /sys).
+func sysCounter(t *testing.T, b *bond, ns, path string) int {
+	t.Helper()
+	out := b.Run(ns, "cat", path)
 	v, err := strconv.Atoi(strings.TrimSpace(out))
 	if err != nil {
-		t.Fatalf("agg0 tx_packets: %q: %v", out, err)
+		t.Fatalf("%s in %s: %q: %v", path, ns, out, err)
 	}
 	return v
 }
@@ -113,6 +120,13 @@ func agg0TxPackets(t *testing.T, b *bond) int {
 // lastIntervalBits reads an iperf3 -J -i 1 client output and returns the rate of its
 // last interval.
 func lastIntervalBits(t *testing.T, path string) float64 {
+	t.Helper()
+	bits := intervalBits(t, path)
+	return bits[len(bits)-1]
+}
+
+// intervalBits reads an iperf3 -J -i 1 client output and returns each interval's rate.
+func intervalBits(t *testing.T, path string) []float64 {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -128,5 +142,9 @@ func lastIntervalBits(t *testing.T, path string) float64 {
 	if err := json.Unmarshal(data, &r); err != nil || len(r.Intervals) == 0 {
 		t.Fatalf("iperf3 output %s: %v (%d intervals)\n%s", path, err, len(r.Intervals), tail(data, 2000))
 	}
-	return r.Intervals[len(r.Intervals)-1].Sum.BitsPerSecond
+	out := make([]float64, len(r.Intervals))
+	for i, iv := range r.Intervals {
+		out[i] = iv.Sum.BitsPerSecond
+	}
+	return out
 }
