@@ -125,7 +125,8 @@ func TestIncompatiblePinIsReplaced(t *testing.T) {
 
 // A pinned TCX link outlives its descriptor (the daemon's death), and the next
 // attach takes it over with the new program instead of adding a second one;
-// closing the adopted link detaches it.
+// closing the adopted link detaches it. Without TCX, the clsact filter does the
+// same by itself.
 func TestPinnedTCLinkIsAdopted(t *testing.T) {
 	dir := bpffsT(t)
 	first, err := loadTx(0, "")
@@ -152,30 +153,34 @@ func TestPinnedTCLinkIsAdopted(t *testing.T) {
 		if err != nil {
 			t.Fatalf("attach: %v", err)
 		}
-		if mode != TCModeTCX {
-			t.Skipf("kernel without TCX (mode %s): clsact filters need no pin", mode)
-		}
-		// The daemon dies: only the descriptor goes, the pin holds the link.
-		if err := a.(pinnedLink).Link.Close(); err != nil {
+		ifindex := l.Attrs().Index
+		attached := attachedTCX
+		want := TCModeAdopted
+		if mode == TCModeClsact {
+			// A kernel without TCX (Debian 12's 6.1): the filter outlives the daemon by
+			// itself, and attaching again replaces it.
+			attached, want = aggdFilters, TCModeClsact
+		} else if err := a.(pinnedLink).Link.Close(); err != nil {
+			// The daemon dies: only the descriptor goes, the pin holds the link.
 			t.Fatal(err)
 		}
-		if got := attachedTCX(t, l.Attrs().Index); got != 1 {
-			t.Fatalf("after the descriptor closed %d programs on the hook, want 1", got)
+		if got := attached(t, ifindex); got != 1 {
+			t.Fatalf("after the daemon's death %d programs on the hook, want 1", got)
 		}
-		b, mode, err := AttachTCPinned(second.Program(), l.Attrs().Index, true, pin)
+		b, mode, err := AttachTCPinned(second.Program(), ifindex, true, pin)
 		if err != nil {
 			t.Fatalf("attach again: %v", err)
 		}
-		if mode != TCModeAdopted {
-			t.Errorf("second attach mode %s, want %s", mode, TCModeAdopted)
+		if mode != want {
+			t.Errorf("second attach mode %s, want %s", mode, want)
 		}
-		if got := attachedTCX(t, l.Attrs().Index); got != 1 {
+		if got := attached(t, ifindex); got != 1 {
 			t.Errorf("after adoption %d programs on the hook, want 1", got)
 		}
 		if err := b.Close(); err != nil {
 			t.Fatalf("close: %v", err)
 		}
-		if got := attachedTCX(t, l.Attrs().Index); got != 0 {
+		if got := attached(t, ifindex); got != 0 {
 			t.Errorf("after Close %d programs on the hook, want 0", got)
 		}
 		if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
@@ -192,4 +197,24 @@ func attachedTCX(t *testing.T, ifindex int) int {
 		t.Fatalf("query tcx egress: %v", err)
 	}
 	return len(res.Programs)
+}
+
+// aggdFilters counts aggd's cls_bpf filters on an interface's clsact egress.
+func aggdFilters(t *testing.T, ifindex int) int {
+	t.Helper()
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	filters, err := netlink.FilterList(l, netlink.HANDLE_MIN_EGRESS)
+	if err != nil {
+		t.Fatalf("list filters: %v", err)
+	}
+	n := 0
+	for _, f := range filters {
+		if f.Attrs().Priority == clsactFilterPrio {
+			n++
+		}
+	}
+	return n
 }
