@@ -316,3 +316,30 @@ func TestLowEstimateClimbsBack(t *testing.T) {
 		t.Errorf("LTE capacity estimate, started at a tenth of its rate, reached 90%% of it after %.1f s (want within 6 s)", float64(reached+1)/10)
 	}
 }
+
+// A probe train's measure replaces startup, like a prior; a configured prior that
+// arrives after it still wins, and a train after a prior or a measured queue is ignored.
+func TestTrainEndsStartup(t *testing.T) {
+	e := New(Config{})
+	if !e.InStartup() {
+		t.Fatal("a new estimator without a prior is not in startup")
+	}
+	e.Train(3e6)
+	if e.InStartup() || e.Rate() != 3e6 || e.Capacity() != 3e6 {
+		t.Fatalf("after a 3 Mbit/s train: startup %v, rate %.0f, capacity %.0f", e.InStartup(), e.Rate(), e.Capacity())
+	}
+	e.SetPrior(5e6, 5e6)
+	if e.Rate() != 5e6 || e.Capacity() != 5e6 {
+		t.Errorf("a prior after the train: rate %.0f, capacity %.0f, want the prior's 5 Mbit/s", e.Rate(), e.Capacity())
+	}
+	e.Train(1e6)
+	if e.Rate() != 5e6 {
+		t.Errorf("a train after a prior moved the rate to %.0f", e.Rate())
+	}
+
+	p := New(Config{Prior: 2e6})
+	p.Train(9e6)
+	if p.Rate() != 2e6 {
+		t.Errorf("a train overrode the configured prior: rate %.0f", p.Rate())
+	}
+}

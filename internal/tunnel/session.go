@@ -355,8 +355,8 @@ func (s *Session) sendControl(l *link, t wire.Type, seq, linkSeq uint32, body []
 // sendProbe sends a probe whose sequence field is the data watermark of this link. It
 // takes txMu so that no data packet with a lower sequence number can still be on its way
 // to the socket behind it.
-func (s *Session) sendProbe(l *link) {
-	body := wire.ProbeBody{Counter: s.txCtrl.Add(1)}.Append(nil)
+func (s *Session) sendProbe(l *link, padding int) {
+	body := wire.ProbeBody{Counter: s.txCtrl.Add(1), Padding: padding}.Append(nil)
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	seq, linkSeq := s.watermark(l)
@@ -468,7 +468,8 @@ func (s *Session) learnLink(id uint8) *link {
 func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now time.Time) {
 	switch body := msg.Body.(type) {
 	case wire.ProbeBody:
-		reply := wire.ProbeReplyBody{Counter: s.txCtrl.Add(1), EchoTimestamp: h.Timestamp, EchoLinkID: h.LinkID}
+		reply := wire.ProbeReplyBody{Counter: s.txCtrl.Add(1), EchoTimestamp: h.Timestamp, EchoLinkID: h.LinkID,
+			Train: body.Train(), Arrival: clock.Micros32(clock.Nanos())}
 		s.sendControl(l, wire.TypeProbeReply, 0, 0, reply.Append(nil))
 		nanos := clock.Nanos()
 		s.rxMu.Lock()
@@ -480,10 +481,14 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 			break // a reply that was on its way when the uplink went offline
 		}
 		rtt := time.Duration(clock.Micros32(clock.Nanos())-body.EchoTimestamp) * time.Microsecond
+		if body.Train {
+			l.onTrainReply(body.Arrival)
+		}
 		switch was := l.onReply(now, rtt); was {
 		case stateProbing, stateDown:
 			l.log.Info("link up", "was", was, "rtt", rtt)
 			s.schedDue.Store(true)
+			go s.sendTrain(l) // not on the receive path: it sends trainLen datagrams
 		case stateSuspect:
 			l.log.Info("link recovered: probe replies are back", "rtt", rtt)
 			s.schedDue.Store(true)
@@ -582,7 +587,8 @@ func (s *Session) tick(now time.Time) {
 	var best *link
 	s.repeatLossNotices()
 	for _, l := range links {
-		s.sendProbe(l)
+		s.sendProbe(l, 0)
+		l.checkTrain(now)
 		if state, changed := l.checkHealth(now, 3*s.cfg.Probe, s.cfg.DownAfter); changed {
 			switch state {
 			case stateUp:

@@ -132,7 +132,7 @@ func (c *CPE) RebindUplink(id int, addr netip.Addr) error {
 	c.UplinkSourcePresent(id, true)
 	if s := c.session.Load(); s != nil {
 		if l := s.link(u.Spec.ID); l != nil {
-			s.sendProbe(l)
+			s.sendProbe(l, 0)
 		}
 	}
 	return nil

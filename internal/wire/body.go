@@ -12,10 +12,12 @@ import (
 
 // Fixed sizes of the control bodies.
 const (
-	CounterLen       = 8
-	SenderIndexLen   = 4
-	ProbeBodyLen     = CounterLen
-	ProbeReplyLen    = CounterLen + 4 + 1
+	CounterLen     = 8
+	SenderIndexLen = 4
+	ProbeBodyLen   = CounterLen
+	ProbeReplyLen  = CounterLen + 4 + 1
+	// TrainReplyLen: the reply to a train probe also carries the probe's arrival time.
+	TrainReplyLen    = ProbeReplyLen + 4
 	LinkReportLen    = 32
 	SeqRangeLen      = 6
 	LinkParamLen     = 12
@@ -76,47 +78,74 @@ func parseHandshake(b []byte, t Type, noiseMin int) (HandshakeBody, error) {
 	return HandshakeBody{SenderIndex: idx, Noise: b[SenderIndexLen:]}, nil
 }
 
-// ProbeBody is the body of PROBE.
+// ProbeBody is the body of PROBE: the control counter, and for a *train* probe zero
+// padding after it. A train is a few padded probes sent back to back on one link; the
+// peer's replies carry their arrival times, whose spread is the time the link's
+// bottleneck took to pass them: its capacity, measured before any traffic (the
+// session's capacity estimators start from it).
 type ProbeBody struct {
 	Counter uint64
+	Padding int // zero bytes after the counter; > 0 makes it a train probe
 }
 
-func (b ProbeBody) Append(dst []byte) []byte { return binary.BigEndian.AppendUint64(dst, b.Counter) }
-func (b ProbeBody) Marshal() []byte          { return b.Append(make([]byte, 0, ProbeBodyLen)) }
+// Train reports whether the probe is part of a capacity train.
+func (b ProbeBody) Train() bool { return b.Padding > 0 }
+
+func (b ProbeBody) Append(dst []byte) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, b.Counter)
+	return append(dst, make([]byte, b.Padding)...)
+}
+func (b ProbeBody) Marshal() []byte { return b.Append(make([]byte, 0, ProbeBodyLen+b.Padding)) }
 
 func ParseProbe(b []byte) (ProbeBody, error) {
-	if len(b) != ProbeBodyLen {
-		return ProbeBody{}, errorf(ReasonBadLength, "probe body is %d bytes, want %d", len(b), ProbeBodyLen)
+	if len(b) < ProbeBodyLen {
+		return ProbeBody{}, errorf(ReasonBadLength, "probe body is %d bytes, want %d or more", len(b), ProbeBodyLen)
 	}
-	return ProbeBody{Counter: binary.BigEndian.Uint64(b)}, nil
+	for _, c := range b[ProbeBodyLen:] {
+		if c != 0 {
+			return ProbeBody{}, errorf(ReasonBadBody, "probe padding is not zero")
+		}
+	}
+	return ProbeBody{Counter: binary.BigEndian.Uint64(b), Padding: len(b) - ProbeBodyLen}, nil
 }
 
 // ProbeReplyBody is the body of PROBE_REPLY: the replier's own control counter, the
 // probe's timestamp echoed (so the prober gets the RTT from its own clock) and the
-// link id the probe arrived on.
+// link id the probe arrived on; for a train probe also when it arrived, on the
+// replier's clock (µs, like the header's timestamp).
 type ProbeReplyBody struct {
 	Counter       uint64
 	EchoTimestamp uint32
 	EchoLinkID    uint8
+	Train         bool
+	Arrival       uint32 // with Train
 }
 
 func (b ProbeReplyBody) Append(dst []byte) []byte {
 	dst = binary.BigEndian.AppendUint64(dst, b.Counter)
 	dst = binary.BigEndian.AppendUint32(dst, b.EchoTimestamp)
-	return append(dst, b.EchoLinkID)
+	dst = append(dst, b.EchoLinkID)
+	if b.Train {
+		dst = binary.BigEndian.AppendUint32(dst, b.Arrival)
+	}
+	return dst
 }
 
-func (b ProbeReplyBody) Marshal() []byte { return b.Append(make([]byte, 0, ProbeReplyLen)) }
+func (b ProbeReplyBody) Marshal() []byte { return b.Append(make([]byte, 0, TrainReplyLen)) }
 
 func ParseProbeReply(b []byte) (ProbeReplyBody, error) {
-	if len(b) != ProbeReplyLen {
-		return ProbeReplyBody{}, errorf(ReasonBadLength, "probe_reply body is %d bytes, want %d", len(b), ProbeReplyLen)
+	if len(b) != ProbeReplyLen && len(b) != TrainReplyLen {
+		return ProbeReplyBody{}, errorf(ReasonBadLength, "probe_reply body is %d bytes, want %d or %d", len(b), ProbeReplyLen, TrainReplyLen)
 	}
-	return ProbeReplyBody{
+	r := ProbeReplyBody{
 		Counter:       binary.BigEndian.Uint64(b),
 		EchoTimestamp: binary.BigEndian.Uint32(b[8:]),
 		EchoLinkID:    b[12],
-	}, nil
+	}
+	if len(b) == TrainReplyLen {
+		r.Train, r.Arrival = true, binary.BigEndian.Uint32(b[ProbeReplyLen:])
+	}
+	return r, nil
 }
 
 // LinkReport is what the receiver tells the sender about one link (32 bytes on the

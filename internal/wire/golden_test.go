@@ -174,6 +174,9 @@ func goldenSpecs() []spec {
 
 	probeReply := sealed(ctrlKey, ctrlHdr(wire.TypeProbeReply),
 		wire.ProbeReplyBody{Counter: 8, EchoTimestamp: 0x01020304, EchoLinkID: 1}.Marshal())
+	trainProbe := sealed(ctrlKey, probeHdr, wire.ProbeBody{Counter: 14, Padding: 1372 - wire.HeaderLen - wire.ProbeBodyLen}.Marshal())
+	trainReply := sealed(ctrlKey, ctrlHdr(wire.TypeProbeReply),
+		wire.ProbeReplyBody{Counter: 15, EchoTimestamp: 0x01020304, EchoLinkID: 1, Train: true, Arrival: 0xa0b0c0d0}.Marshal())
 
 	feedback := sealed(ctrlKey, ctrlHdr(wire.TypeFeedback), wire.FeedbackBody{Counter: 9, Links: []wire.LinkReport{
 		{LinkID: 0, RxPackets: 1000, RxBytes: 1_400_000, HighestLinkSeq: 999, Lost: 1, OWDMinMicros: 12000, OWDLastMicros: 15000},
@@ -207,6 +210,9 @@ func goldenSpecs() []spec {
 		{name: "handshake_resp_mac_key", key: auth.MacKey(*cpePub), pub: cpePub, pkt: hsResp},
 		{name: "probe", key: ctrlKey, pkt: probe},
 		{name: "probe_reply", key: ctrlKey, pkt: probeReply},
+		{name: "probe_train_1372", key: ctrlKey, pkt: trainProbe},
+		{name: "probe_train_one_byte_padding", key: ctrlKey, pkt: resealed(ctrlKey, probe, extend(0))},
+		{name: "probe_reply_train", key: ctrlKey, pkt: trainReply},
 		{name: "feedback_two_links", key: ctrlKey, pkt: feedback},
 		{name: "feedback_no_links", key: ctrlKey, pkt: feedbackEmpty},
 		{name: "loss_notice_wrapping_range", key: ctrlKey, pkt: lossNotice},
@@ -247,8 +253,10 @@ func goldenSpecs() []spec {
 		{name: "bad_length_handshake_resp_short", key: auth.MacKey(*cpePub), pub: cpePub, pkt: resealed(auth.MacKey(*cpePub), hsResp, cut(len(hsResp)-1)), reason: wire.ReasonBadLength},
 		{name: "bad_body_handshake_sender_index_0", key: auth.MacKey(*headendPub), pub: headendPub, pkt: resealed(auth.MacKey(*headendPub), hsInit, zero(wire.HeaderLen, 4)), reason: wire.ReasonBadBody},
 		{name: "bad_length_probe_7", key: ctrlKey, pkt: resealed(ctrlKey, probe, cut(len(probe)-1)), reason: wire.ReasonBadLength},
-		{name: "bad_length_probe_9", key: ctrlKey, pkt: resealed(ctrlKey, probe, extend(0)), reason: wire.ReasonBadLength},
+		{name: "bad_body_probe_padding_not_zero", key: ctrlKey, pkt: resealed(ctrlKey, trainProbe, setByte(len(trainProbe)-1, 1)), reason: wire.ReasonBadBody},
 		{name: "bad_length_probe_reply_12", key: ctrlKey, pkt: resealed(ctrlKey, probeReply, cut(len(probeReply)-1)), reason: wire.ReasonBadLength},
+		{name: "bad_length_probe_reply_14", key: ctrlKey, pkt: resealed(ctrlKey, probeReply, extend(0)), reason: wire.ReasonBadLength},
+		{name: "bad_length_probe_reply_train_16", key: ctrlKey, pkt: resealed(ctrlKey, trainReply, cut(len(trainReply)-1)), reason: wire.ReasonBadLength},
 		{name: "bad_length_feedback_count_too_big", key: ctrlKey, pkt: resealed(ctrlKey, feedback, setByte(wire.HeaderLen+8, 3)), reason: wire.ReasonBadLength},
 		{name: "bad_length_feedback_no_count", key: ctrlKey, pkt: resealed(ctrlKey, feedback, cut(wire.HeaderLen+8)), reason: wire.ReasonBadLength},
 		{name: "bad_body_feedback_reserved", key: ctrlKey, pkt: resealed(ctrlKey, feedback, setByte(wire.HeaderLen+9+32+2, 1)), reason: wire.ReasonBadBody},
