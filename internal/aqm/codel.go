@@ -35,6 +35,9 @@ func New(target, interval int64) *Codel {
 	return &Codel{target: target, interval: interval}
 }
 
+// SetTarget changes the target queueing delay (ns).
+func (c *Codel) SetTarget(target int64) { c.target = target }
+
 // Drop reports whether the packet being sent at now should be dropped, given the
 // bond's current standing queue (ns).
 func (c *Codel) Drop(now, queue int64) bool {

@@ -301,11 +301,37 @@ func (s *Session) refreshSchedule() {
 	}
 	s.txMu.Lock()
 	s.sched.SetLinks(params)
+	if s.aqm != nil {
+		s.aqm.SetTarget(int64(aqmTarget(s.cfg.AQMTarget, params)))
+	}
 	s.txMu.Unlock()
 	if s.fp != nil {
 		s.programFastPath(links, params)
 	}
 }
+
+// aqmTarget is the standing queue the bond's entry tolerates: the configured target,
+// or, if longer, the time the slowest usable primary link takes to pass one full-size
+// packet (capped at maxAQMTarget). The earliest-arrival scheduler gives such a link a
+// packet only when the other links' queues are that long: a bond that dropped at a
+// shorter queue would leave the link unused (a scaled ADSL upstream, 67 ms per packet,
+// idled through most of a CUBIC transfer in the lab while the bond dropped at 10 ms).
+func aqmTarget(configured time.Duration, links []sched.LinkParams) time.Duration {
+	t := configured
+	for _, p := range links {
+		if p.Usable && p.Class == sched.ClassPrimary && p.RateBps > 0 {
+			t = max(t, time.Duration(fullPacketBits/p.RateBps*float64(time.Second)))
+		}
+	}
+	return min(t, max(configured, maxAQMTarget))
+}
+
+const (
+	fullPacketBits = 1500 * 8
+	// maxAQMTarget: a link slower than a full packet per this long is not worth the
+	// bond's queueing for it (about 120 kbit/s).
+	maxAQMTarget = 100 * time.Millisecond
+)
 
 // programFastPath hands the kernel the session's transmit side: keys, and each link's
 // addresses, state, class, rate and base delay as the scheduler has them.

@@ -1,0 +1,32 @@
+package tunnel
+
+import (
+	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/sched"
+)
+
+// The bond's entry tolerates the queue its slowest usable primary link needs before the
+// scheduler gives it a full-size packet, within bounds.
+func TestAQMTargetCoversTheSlowestLink(t *testing.T) {
+	link := func(rate float64, usable bool, class sched.Class) sched.LinkParams {
+		return sched.LinkParams{RateBps: rate, Usable: usable, Class: class}
+	}
+	cases := []struct {
+		name  string
+		links []sched.LinkParams
+		want  time.Duration
+	}{
+		{"fast links: the configured target", []sched.LinkParams{link(10e6, true, sched.ClassPrimary), link(30e6, true, sched.ClassPrimary)}, 10 * time.Millisecond},
+		{"a 0.2 Mbit/s ADSL upstream: 60 ms", []sched.LinkParams{link(0.2e6, true, sched.ClassPrimary), link(1.5e6, true, sched.ClassPrimary)}, 60 * time.Millisecond},
+		{"slower than 120 kbit/s: capped", []sched.LinkParams{link(50e3, true, sched.ClassPrimary)}, maxAQMTarget},
+		{"a slow link that is down does not count", []sched.LinkParams{link(0.2e6, false, sched.ClassPrimary), link(10e6, true, sched.ClassPrimary)}, 10 * time.Millisecond},
+		{"nor a slow overflow link", []sched.LinkParams{link(0.2e6, true, sched.ClassOverflow), link(10e6, true, sched.ClassPrimary)}, 10 * time.Millisecond},
+	}
+	for _, c := range cases {
+		if got := aqmTarget(10*time.Millisecond, c.links); got != c.want {
+			t.Errorf("%s: target %s, want %s", c.name, got, c.want)
+		}
+	}
+}
