@@ -167,6 +167,7 @@ func (f *fastPath) OpenSession(localIndex uint32, routes []netip.Prefix) tunnel.
 		if !used {
 			slot = i
 			f.slots[i] = true
+			f.open[localIndex] = true
 			break
 		}
 	}
@@ -175,9 +176,6 @@ func (f *fastPath) OpenSession(localIndex uint32, routes []netip.Prefix) tunnel.
 		f.log.Warn("fast path full: this session forwards in userspace", "session", localIndex, "sessions", maxFastSessions)
 		return nil
 	}
-	f.mu.Lock()
-	f.open[localIndex] = true
-	f.mu.Unlock()
 	s := &fpSession{f: f, slot: uint32(slot), index: localIndex, routes: routes,
 		prevRx: make(map[uint8]bpf.RxLinkStats)}
 	fail := func(what string, err error) tunnel.SessionPath {
