@@ -390,8 +390,9 @@ func (s *Session) sendProbe(l *link, padding int) {
 }
 
 // receive handles one datagram that parsed and matched this session. via is the link
-// the session's peer sent it on; from its source address.
-func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now time.Time) (reason wire.Reason, ok bool) {
+// the session's peer sent it on; from its source address; rxNanos when the kernel
+// received it (CLOCK_MONOTONIC).
+func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now time.Time, rxNanos int64) (reason wire.Reason, ok bool) {
 	counted := false // counted by the handover, not yet in the resequencer (rxInFlight)
 	if h.Type == wire.TypeData && s.fp != nil {
 		// Before anything can reject it: the kernel counted it when it passed it up, and
@@ -442,7 +443,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 		if !k.acceptControl(msg.Counter()) {
 			return wire.ReasonReplay, false
 		}
-		defer s.handleControl(l, h, msg, now)
+		defer s.handleControl(l, h, msg, now, rxNanos)
 	}
 	if s.keys.confirm(k) {
 		s.schedDue.Store(true) // the kernel must send with the confirmed keys too
@@ -491,11 +492,11 @@ func (s *Session) learnLink(id uint8) *link {
 	return s.onNewLink(id)
 }
 
-func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now time.Time) {
+func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now time.Time, rxNanos int64) {
 	switch body := msg.Body.(type) {
 	case wire.ProbeBody:
 		reply := wire.ProbeReplyBody{Counter: s.txCtrl.Add(1), EchoTimestamp: h.Timestamp, EchoLinkID: h.LinkID,
-			Train: body.Train(), Arrival: clock.Micros32(clock.Nanos())}
+			Train: body.Train(), Arrival: clock.Micros32(rxNanos)}
 		s.sendControl(l, wire.TypeProbeReply, 0, 0, reply.Append(nil))
 		nanos := clock.Nanos()
 		s.rxMu.Lock()
@@ -507,14 +508,14 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 			break // a reply that was on its way when the uplink went offline
 		}
 		rtt := time.Duration(clock.Micros32(clock.Nanos())-body.EchoTimestamp) * time.Microsecond
-		if body.Train {
-			l.onTrainReply(body.Arrival)
+		if body.Train && l.onTrainReply(body.Arrival) {
+			go s.sendTrain(l, longTrain)
 		}
 		switch was := l.onReply(now, rtt); was {
 		case stateProbing, stateDown:
 			l.log.Info("link up", "was", was, "rtt", rtt)
 			s.schedDue.Store(true)
-			go s.sendTrain(l) // not on the receive path: it sends trainLen datagrams
+			go s.sendTrain(l, shortTrain) // not on the receive path: it sends datagrams
 		case stateSuspect:
 			l.log.Info("link recovered: probe replies are back", "rtt", rtt)
 			s.schedDue.Store(true)
@@ -614,7 +615,9 @@ func (s *Session) tick(now time.Time) {
 	s.repeatLossNotices()
 	for _, l := range links {
 		s.sendProbe(l, 0)
-		l.checkTrain(now)
+		if l.checkTrain(now) {
+			go s.sendTrain(l, longTrain)
+		}
 		if state, changed := l.checkHealth(now, 3*s.cfg.Probe, s.cfg.DownAfter); changed {
 			switch state {
 			case stateUp:

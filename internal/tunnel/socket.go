@@ -8,9 +8,12 @@ import (
 	"net"
 	"net/netip"
 	"syscall"
+	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/aggd/aggd/internal/clock"
 	"github.com/aggd/aggd/internal/wire"
 )
 
@@ -39,6 +42,9 @@ func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
 			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, socketBuffer) != nil {
 				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF, socketBuffer)
 			}
+			// Kernel receive timestamps (see readLoop); without them the daemon's own
+			// time stands in.
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
 		})
 		if err != nil {
 			return err
@@ -56,11 +62,17 @@ func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
 	return pc.(*net.UDPConn), nil
 }
 
-// readLoop hands every datagram arriving on conn to handle until the socket is closed.
-func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, handle func(pkt []byte, from netip.AddrPort)) {
+// readLoop hands every datagram arriving on conn to handle until the socket is closed,
+// with the time the kernel received it (CLOCK_MONOTONIC ns). Probe trains are timed by
+// it (train.go): the daemon's own reading time shows its scheduling, not the link (on
+// a loaded machine a 60 Mbit/s link's train, read in bursts, looked like 300-600 Mbit/s).
+// One-way delays still use the daemon's time: with the kernel's, the lab showed a
+// steady 10 ms "queue" on one link that nothing else showed (d1fa18a), not understood.
+func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, handle func(pkt []byte, from netip.AddrPort, rxNanos int64)) {
 	buf := make([]byte, 65536)
+	oob := make([]byte, unix.CmsgSpace(timespecLen))
 	for {
-		n, from, err := conn.ReadFromUDPAddrPort(buf)
+		n, oobn, _, from, err := conn.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
@@ -68,8 +80,36 @@ func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, handle f
 			log.Warn("socket read failed", "err", err)
 			continue
 		}
-		handle(buf[:n], from)
+		handle(buf[:n], from, kernelRxNanos(oob[:oobn]))
 	}
+}
+
+// timespecLen is the size of SO_TIMESTAMPNS's payload on this architecture.
+const timespecLen = int(unsafe.Sizeof(unix.Timespec{}))
+
+// kernelRxNanos turns an SO_TIMESTAMPNS control message (CLOCK_REALTIME) into
+// CLOCK_MONOTONIC ns, by how long ago it was on the realtime clock. Without one (or
+// with a time in the future, or long past: the realtime clock was stepped) it returns
+// now.
+func kernelRxNanos(oob []byte) int64 {
+	now := clock.Nanos()
+	if len(oob) < unix.CmsgLen(timespecLen) {
+		return now
+	}
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+	if h.Level != unix.SOL_SOCKET || h.Type != unix.SO_TIMESTAMPNS || int(h.Len) < unix.CmsgLen(timespecLen) {
+		return now
+	}
+	ts := (*unix.Timespec)(unsafe.Pointer(&oob[unix.CmsgLen(0)]))
+	var real unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_REALTIME, &real) != nil {
+		return now
+	}
+	age := real.Nano() - ts.Nano()
+	if age < 0 || age > int64(time.Second) {
+		return now
+	}
+	return now - age
 }
 
 // parseDatagram checks what can be checked before any session state: the header, and

@@ -10,26 +10,38 @@ import (
 // Probe trains: a first capacity measure for each link before any traffic.
 //
 // When a link first comes up and its estimator knows nothing yet (no configured rate),
-// the sender puts trainLen padded probes on it back to back. The link's bottleneck
+// the sender puts shortTrain padded probes on it back to back. The link's bottleneck
 // passes them one after the other, so at the peer they arrive spaced by the time each
 // took to serialise there; the peer answers each with its arrival time (a train probe's
 // PROBE_REPLY carries it, docs/wire-format.md). The median of the spaces between
 // consecutive arrivals gives the capacity: the median, because a token bucket lets its
 // burst through at line rate (the first pairs) and a busy receiver reads some packets
-// late (single pairs either way). A train the link passed as fast as we sent it says
-// only that the link is faster than our sending, not how fast: it is not used. Neither
-// is one with fewer than trainMinReplies answers (an old peer without trains answers
-// none).
+// late (single pairs either way).
+//
+// The arrival times are the peer's kernel's receive times (SO_TIMESTAMPNS, readLoop):
+// its daemon's reading times would show the daemon's scheduling, not the link (read in
+// bursts on a loaded machine, a 60 Mbit/s link's train looked like 167 to 622 Mbit/s).
+// Where the kernel gives none, the daemon's time stands in, so a train must also last
+// long enough for that to matter little: at least trainMinSpan. A short train that
+// passed faster (a fast link) is followed once by a long one; a long one that still
+// passed faster measures nothing. Nor does a train the link passed as fast as we sent it
+// (our own pacing), or one with fewer than trainMinReplies answers (an old peer without
+// trains answers none). The link's rate is then found by its traffic, as without trains.
 
 const (
-	trainLen = 8
+	shortTrain = 8
+	longTrain  = 48
 	// trainDatagram is each train probe's size without the outer IPv4 and UDP headers:
 	// MTU-sized for the serialisation to dominate the receiver's timing noise, yet below
 	// any uplink's MTU (PPPoE: 1492).
 	trainDatagram   = 1372
 	trainMinReplies = 4
-	// trainWait is how long replies are waited for: the train spends at most
-	// trainLen × 1400 bytes in the slowest link's queue (0.9 s at 100 kbit/s).
+	// trainMinSpan: a train whose arrivals spread over less than this is read too fast
+	// for the reader's timing to measure it.
+	trainMinSpan = 5 * time.Millisecond
+	// trainWait is how long replies are waited for: a short train spends at most
+	// shortTrain × 1400 bytes in the slowest link's queue (0.9 s at 100 kbit/s); a long
+	// one is sent only over a link that passed the short one within trainMinSpan.
 	trainWait = 2 * time.Second
 	// senderBoundFrac: a median spacing not clearly above our own sending pace means
 	// the train was paced by us.
@@ -38,15 +50,30 @@ const (
 
 // train is one link's probe train in flight. Guarded by the link's mu.
 type train struct {
+	probes   int
 	sent     time.Time
 	pace     time.Duration // our time per probe while sending it
 	arrivals []uint32      // the peer's arrival times, µs on its clock
 }
 
-// capacity evaluates the train: bits/s, or ok false if it measured nothing.
-func (t *train) capacity() (bps float64, ok bool) {
+// trainResult is what a settled train measured.
+type trainResult int
+
+const (
+	trainMeasured trainResult = iota
+	trainTooFew               // fewer than trainMinReplies replies
+	trainPaced                // as fast as we sent it
+	trainTooShort             // over in less than trainMinSpan
+)
+
+var trainResultNames = [...]string{"measured", "too few replies", "paced by our own sending", "too short to time"}
+
+func (r trainResult) String() string { return trainResultNames[r] }
+
+// capacity evaluates the train: bits/s when it measured the link.
+func (t *train) capacity() (bps float64, r trainResult) {
 	if len(t.arrivals) < trainMinReplies {
-		return 0, false
+		return 0, trainTooFew
 	}
 	first := t.arrivals[0]
 	rel := make([]int64, len(t.arrivals))
@@ -60,64 +87,76 @@ func (t *train) capacity() (bps float64, ok bool) {
 	}
 	slices.Sort(gaps)
 	median := time.Duration(gaps[len(gaps)/2]) * time.Microsecond
-	if median <= 0 || float64(median) <= senderBoundFrac*float64(t.pace) {
-		return 0, false
+	switch {
+	case median <= 0 || float64(median) <= senderBoundFrac*float64(t.pace):
+		return 0, trainPaced
+	case time.Duration(rel[len(rel)-1]-rel[0])*time.Microsecond < trainMinSpan:
+		return 0, trainTooShort
 	}
-	return float64((trainDatagram+28)*8) / median.Seconds(), true
+	return float64((trainDatagram+28)*8) / median.Seconds(), trainMeasured
 }
 
-// sendTrain puts a probe train on a link whose capacity is unknown (CPE: upstream;
-// headend: downstream). The probes carry the link's watermark like any probe.
-func (s *Session) sendTrain(l *link) {
+// sendTrain puts a probe train of n probes on a link whose capacity is unknown (CPE:
+// upstream; headend: downstream). The probes carry the link's watermark like any probe.
+func (s *Session) sendTrain(l *link, n int) {
 	l.mu.Lock()
-	if !l.est.InStartup() || l.train != nil {
+	if !l.est.InStartup() || (l.train != nil && n == shortTrain) {
 		l.mu.Unlock()
 		return
 	}
-	t := &train{sent: time.Now()}
-	l.train = t
+	t := &train{probes: n, sent: time.Now()}
+	l.train, l.trainDone = t, false
 	l.mu.Unlock()
 	pad := trainDatagram - wire.HeaderLen - wire.ProbeBodyLen
 	start := time.Now()
-	for range trainLen {
+	for range n {
 		s.sendProbe(l, pad)
 	}
 	l.mu.Lock()
-	t.pace = time.Since(start) / trainLen
+	t.pace = time.Since(start) / time.Duration(n)
 	l.mu.Unlock()
 }
 
-// onTrainReply records one answer to the link's train; the last one settles it.
-func (l *link) onTrainReply(arrival uint32) {
+// onTrainReply records one answer to the link's train; the last one settles it. longer
+// says a long train should follow (see settleTrain).
+func (l *link) onTrainReply(arrival uint32) (longer bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.train == nil || l.trainDone {
-		return
+		return false
 	}
 	l.train.arrivals = append(l.train.arrivals, arrival)
-	if len(l.train.arrivals) == trainLen {
-		l.settleTrain()
+	if len(l.train.arrivals) == l.train.probes {
+		return l.settleTrain()
 	}
+	return false
 }
 
 // checkTrain settles a train whose replies stopped coming (some were lost).
-func (l *link) checkTrain(now time.Time) {
+func (l *link) checkTrain(now time.Time) (longer bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.train != nil && !l.trainDone && now.Sub(l.train.sent) > trainWait {
-		l.settleTrain()
+		return l.settleTrain()
 	}
+	return false
 }
 
-// settleTrain hands the train's measure to the estimator. Caller holds mu.
-func (l *link) settleTrain() {
+// settleTrain hands the train's measure to the estimator, and reports whether a long
+// train should follow a short one that passed too fast to time. Caller holds mu.
+func (l *link) settleTrain() (longer bool) {
 	l.trainDone = true
-	bps, ok := l.train.capacity()
-	if !ok {
+	bps, r := l.train.capacity()
+	if r == trainTooShort && l.train.probes == shortTrain {
+		return true
+	}
+	if r != trainMeasured {
 		l.log.Info("probe train measured nothing; the link's rate is found by its traffic",
-			"replies", len(l.train.arrivals), "of", trainLen)
-		return
+			"why", r, "probes", l.train.probes, "replies", len(l.train.arrivals))
+		return false
 	}
 	l.est.Train(bps)
-	l.log.Info("link capacity measured by a probe train", "mbit_s", round2(bps/1e6), "replies", len(l.train.arrivals))
+	l.log.Info("link capacity measured by a probe train", "mbit_s", round2(bps/1e6),
+		"probes", l.train.probes, "replies", len(l.train.arrivals))
+	return false
 }

@@ -21,42 +21,57 @@ func TestTrainCapacity(t *testing.T) {
 	want := wire / spacing.Seconds()
 	near := func(got float64) bool { return math.Abs(got-want) < 0.01*want }
 
-	tr := &train{pace: 20 * time.Microsecond, arrivals: arrivalsEvery(1000, spacing, trainLen)}
-	if got, ok := tr.capacity(); !ok || !near(got) {
-		t.Errorf("evenly spaced: %.0f bit/s (%v), want %.0f", got, ok, want)
+	tr := &train{pace: 20 * time.Microsecond, arrivals: arrivalsEvery(1000, spacing, shortTrain)}
+	if got, r := tr.capacity(); r != trainMeasured || !near(got) {
+		t.Errorf("evenly spaced: %.0f bit/s (%s), want %.0f", got, r, want)
 	}
 
 	// A token bucket's burst lets the first probes through at once; a receiver that
 	// read two probes late stamps them together. The median spacing holds.
-	burst := arrivalsEvery(5000, spacing, trainLen)
+	burst := arrivalsEvery(5000, spacing, shortTrain)
 	burst[1], burst[2] = burst[0], burst[0]+10
 	burst[5] = burst[6]
 	tr = &train{pace: 20 * time.Microsecond, arrivals: burst}
-	if got, ok := tr.capacity(); !ok || !near(got) {
-		t.Errorf("burst and a late read: %.0f bit/s (%v), want %.0f", got, ok, want)
+	if got, r := tr.capacity(); r != trainMeasured || !near(got) {
+		t.Errorf("burst and a late read: %.0f bit/s (%s), want %.0f", got, r, want)
 	}
 
 	// Replies overtaking each other, and the peer's clock wrapping, change nothing.
-	wrapped := arrivalsEvery(^uint32(0)-20000, spacing, trainLen)
+	wrapped := arrivalsEvery(^uint32(0)-20000, spacing, shortTrain)
 	wrapped[2], wrapped[5] = wrapped[5], wrapped[2]
 	tr = &train{pace: 20 * time.Microsecond, arrivals: wrapped}
-	if got, ok := tr.capacity(); !ok || !near(got) {
-		t.Errorf("reordered across the clock's wrap: %.0f bit/s (%v), want %.0f", got, ok, want)
+	if got, r := tr.capacity(); r != trainMeasured || !near(got) {
+		t.Errorf("reordered across the clock's wrap: %.0f bit/s (%s), want %.0f", got, r, want)
 	}
 
 	// Paced by us: the link was faster than our sending, so the train says nothing.
-	tr = &train{pace: 7 * time.Millisecond, arrivals: arrivalsEvery(0, spacing, trainLen)}
-	if got, ok := tr.capacity(); ok {
-		t.Errorf("a train as slow as our sending measured %.0f bit/s", got)
+	tr = &train{pace: 7 * time.Millisecond, arrivals: arrivalsEvery(0, spacing, shortTrain)}
+	if got, r := tr.capacity(); r != trainPaced {
+		t.Errorf("a train as slow as our sending: %.0f bit/s (%s), want %s", got, r, trainPaced)
 	}
 	// Too few replies (an old peer answers none; a lossy link some).
 	tr = &train{pace: 20 * time.Microsecond, arrivals: arrivalsEvery(0, spacing, trainMinReplies-1)}
-	if got, ok := tr.capacity(); ok {
-		t.Errorf("%d replies measured %.0f bit/s", trainMinReplies-1, got)
+	if got, r := tr.capacity(); r != trainTooFew {
+		t.Errorf("%d replies: %.0f bit/s (%s), want %s", trainMinReplies-1, got, r, trainTooFew)
 	}
 	// All at once (a link behind a burst larger than the train): nothing.
-	tr = &train{pace: 20 * time.Microsecond, arrivals: make([]uint32, trainLen)}
-	if got, ok := tr.capacity(); ok {
+	tr = &train{pace: 20 * time.Microsecond, arrivals: make([]uint32, shortTrain)}
+	if got, r := tr.capacity(); r == trainMeasured {
 		t.Errorf("simultaneous arrivals measured %.0f bit/s", got)
+	}
+	// Over too fast for the reader's timing (8 probes at 60 Mbit/s: 1.3 ms): nothing,
+	// and a long train is due.
+	tr = &train{probes: shortTrain, pace: 20 * time.Microsecond, arrivals: arrivalsEvery(0, 187*time.Microsecond, shortTrain)}
+	if got, r := tr.capacity(); r != trainTooShort {
+		t.Errorf("a 1.3-ms train: %.0f bit/s (%s), want %s", got, r, trainTooShort)
+	}
+	l := &link{train: tr, log: discard}
+	if !l.settleTrain() {
+		t.Error("a short train too fast to time asks for no long one")
+	}
+	// The long one over the same link lasts long enough.
+	tr = &train{probes: longTrain, pace: 20 * time.Microsecond, arrivals: arrivalsEvery(0, 187*time.Microsecond, longTrain)}
+	if got, r := tr.capacity(); r != trainMeasured || math.Abs(got-wire/187e-6) > 0.01*wire/187e-6 {
+		t.Errorf("a %d-probe train at 60 Mbit/s: %.0f bit/s (%s)", longTrain, got, r)
 	}
 }
