@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/aggd/aggd/internal/auth"
+	"github.com/aggd/aggd/internal/clock"
 	"github.com/aggd/aggd/internal/metrics"
 	"github.com/aggd/aggd/internal/reseq"
-	"github.com/aggd/aggd/internal/clock"
 	"github.com/aggd/aggd/internal/wire"
 )
 
