@@ -53,6 +53,7 @@ type train struct {
 	probes   int
 	sent     time.Time
 	pace     time.Duration // our time per probe while sending it
+	sendDone bool          // pace is known: the train can be judged
 	arrivals []uint32      // the peer's arrival times, µs on its clock
 }
 
@@ -113,8 +114,12 @@ func (s *Session) sendTrain(l *link, n int) {
 		s.sendProbe(l, pad)
 	}
 	l.mu.Lock()
-	t.pace = time.Since(start) / time.Duration(n)
+	t.pace, t.sendDone = time.Since(start)/time.Duration(n), true
+	longer := len(t.arrivals) == t.probes && !l.trainDone && l.settleTrain() // every reply came while we sent
 	l.mu.Unlock()
+	if longer {
+		s.sendTrain(l, longTrain)
+	}
 }
 
 // onTrainReply records one answer to the link's train; the last one settles it. longer
@@ -126,7 +131,7 @@ func (l *link) onTrainReply(arrival uint32) (longer bool) {
 		return false
 	}
 	l.train.arrivals = append(l.train.arrivals, arrival)
-	if len(l.train.arrivals) == l.train.probes {
+	if len(l.train.arrivals) == l.train.probes && l.train.sendDone {
 		return l.settleTrain()
 	}
 	return false

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/aggd/aggd/internal/estimate"
 )
 
 // arrivalsEvery returns n arrival times spaced by gap, starting at first (µs).
@@ -73,5 +75,22 @@ func TestTrainCapacity(t *testing.T) {
 	tr = &train{probes: longTrain, pace: 20 * time.Microsecond, arrivals: arrivalsEvery(0, 187*time.Microsecond, longTrain)}
 	if got, r := tr.capacity(); r != trainMeasured || math.Abs(got-wire/187e-6) > 0.01*wire/187e-6 {
 		t.Errorf("a %d-probe train at 60 Mbit/s: %.0f bit/s (%s)", longTrain, got, r)
+	}
+}
+
+// Replies that all arrive while the train is still being sent (a fast link, a short
+// way back) wait for our pace to be known before the train is judged.
+func TestTrainWaitsForItsPace(t *testing.T) {
+	l := &link{log: discard, est: estimate.New(estimate.Config{})}
+	l.train = &train{probes: shortTrain}
+	for _, a := range arrivalsEvery(0, 7500*time.Microsecond, shortTrain) {
+		l.onTrainReply(a)
+	}
+	if l.trainDone {
+		t.Fatal("the train was judged before its sending pace was known")
+	}
+	l.train.pace, l.train.sendDone = 20*time.Microsecond, true
+	if l.settleTrain(); !l.trainDone || l.est.InStartup() {
+		t.Errorf("settled train: done %v, estimator still in startup %v", l.trainDone, l.est.InStartup())
 	}
 }
