@@ -87,6 +87,10 @@ const (
 	// relativeQueue is how much more standing queue than the least-queued link (plus
 	// half the link's jitter) marks a link as the saturated one.
 	relativeQueue = time.Millisecond
+	// tinyFrac: a link sent less than this fraction of its capacity estimate cannot be
+	// saturated by what it was sent (a wrong prior ten times the capacity still sends it
+	// a tenth, and must be corrected).
+	tinyFrac = 0.05
 	// stalledFrac: writes that stalled for this much of a sample mean a full local
 	// queue (see Sample.Stalled).
 	stalledFrac = 0.5
@@ -268,7 +272,15 @@ func (e *Estimator) Update(s Sample) {
 	// it drains the rate, nothing more. (In the lab, LTE's jitter alone showed 6 ms
 	// of "queue" on a link carrying 0.1 Mbit/s in startup; taking that for its
 	// capacity left the link nearly unused for 14 s.)
-	appLimited := sent < loadedFrac*e.given() && delivered >= policedFrac*sent
+	//
+	// A link sent a trickle (below tinyFrac of its capacity estimate) is app-limited
+	// whatever it delivered: a queue on it is not of our making (the ACK trickle of a
+	// transfer the other way, 0.06 Mbit/s on a 3 Mbit/s link with a 15 ms "queue" that
+	// the busy receiving daemon's own lag made, was once taken for the link's capacity
+	// right after a probe train had measured it; the downstream transfer that followed
+	// got 0.43 of the links' sum).
+	appLimited := sent < loadedFrac*e.given() && delivered >= policedFrac*sent ||
+		e.kf.valid() && sent < tinyFrac*e.kf.x
 	switch {
 	case saturated && appLimited:
 		e.phase = PhaseDrain

@@ -343,3 +343,17 @@ func TestTrainEndsStartup(t *testing.T) {
 		t.Errorf("a train overrode the configured prior: rate %.0f", p.Rate())
 	}
 }
+
+// The ACK trickle of a transfer the other way, with a "queue" the busy receiver's own
+// lag made, says nothing about the link's capacity: it must not replace a measured one.
+func TestTrickleWithQueueKeepsTheCapacity(t *testing.T) {
+	e := New(Config{})
+	e.Train(3e6)
+	for range 20 {
+		e.Update(Sample{Interval: 100 * time.Millisecond, Delivered: 500, Packets: 8, Sent: 750,
+			Queue: 15 * time.Millisecond, HaveQueue: true, LeastQueue: 15 * time.Millisecond, MostQueue: 15 * time.Millisecond})
+	}
+	if c := e.Capacity(); c < 2.9e6 {
+		t.Errorf("after 2 s of a 0.06 Mbit/s trickle with a 15 ms queue the capacity is %.2f Mbit/s, want the train's 3", c/1e6)
+	}
+}
