@@ -159,8 +159,9 @@ func (p Phase) String() string {
 type Estimator struct {
 	cfg     Config
 	startup bool // no prior, no queue seen yet: double while loaded
-	// trained: the starting point came from a probe train, and no queue has been seen
-	// since; a configured prior that arrives now (the headend learns the CPE's) wins.
+	// trained: the starting point came from a probe train, and no saturated sample has
+	// measured the capacity since; a configured prior that arrives now (the headend
+	// learns the CPE's) wins, and a trickle's sample cannot replace it.
 	trained bool
 	// streak counts the periods spent probing since the link last saturated: the
 	// probing gain grows with it.
@@ -257,7 +258,6 @@ func (e *Estimator) Update(s Sample) {
 	defer func() { e.policedLast = policed }()
 	saturated := e.saturated(s) // once per sample: it keeps state across samples
 	if saturated {
-		e.trained = false
 		// Probing starts small again after a queue. Only a queue resets it: samples in
 		// which the link merely was not probed (no other link queued, or the sender
 		// had little for it) keep the gain, or a link whose estimate started low climbs
@@ -273,14 +273,16 @@ func (e *Estimator) Update(s Sample) {
 	// of "queue" on a link carrying 0.1 Mbit/s in startup; taking that for its
 	// capacity left the link nearly unused for 14 s.)
 	//
-	// A link sent a trickle (below tinyFrac of its capacity estimate) is app-limited
-	// whatever it delivered: a queue on it is not of our making (the ACK trickle of a
-	// transfer the other way, 0.06 Mbit/s on a 3 Mbit/s link with a 15 ms "queue" that
-	// the busy receiving daemon's own lag made, was once taken for the link's capacity
-	// right after a probe train had measured it; the downstream transfer that followed
-	// got 0.43 of the links' sum).
+	// A capacity a probe train measured is not replaced by a sample of a trickle (below
+	// tinyFrac of it), whatever that delivered: a queue on such a link is not of our
+	// making (the ACK trickle of a transfer the other way, 0.06 Mbit/s on a 3 Mbit/s link
+	// with a 15 ms "queue" that the busy receiving daemon's own lag made, was once taken
+	// for the link's capacity right after its train; the downstream transfer that
+	// followed got 0.43 of the links' sum). Only the train's measure is guarded so: the
+	// same rule for every estimate made a single-flow e2e test fail about one run in
+	// twenty, not understood.
 	appLimited := sent < loadedFrac*e.given() && delivered >= policedFrac*sent ||
-		e.kf.valid() && sent < tinyFrac*e.kf.x
+		e.trained && sent < tinyFrac*e.kf.x
 	switch {
 	case saturated && appLimited:
 		e.phase = PhaseDrain
@@ -290,7 +292,7 @@ func (e *Estimator) Update(s Sample) {
 		}
 	case saturated && s.Packets >= MinSamplePackets:
 		// Standing queue: the bottleneck never idled, so it delivered its capacity.
-		e.phase, e.startup = PhaseDrain, false
+		e.phase, e.startup, e.trained = PhaseDrain, false, false
 		e.kf.update(delivered)
 		e.rate = e.kf.x * drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue))
 	case saturated:
@@ -306,7 +308,7 @@ func (e *Estimator) Update(s Sample) {
 		// a shallow buffer) that drops instead of queueing. What got through is the
 		// capacity. (One such period can be an artefact of where the period cut.)
 		if e.policedLast {
-			e.phase, e.startup, e.streak = PhaseDrain, false, 0
+			e.phase, e.startup, e.streak, e.trained = PhaseDrain, false, 0, false
 			e.kf.update(delivered)
 			e.rate = e.kf.x
 		}

@@ -46,6 +46,9 @@ const (
 	// senderBoundFrac: a median spacing not clearly above our own sending pace means
 	// the train was paced by us.
 	senderBoundFrac = 1.25
+	// irregularFrac: the upper quartile of the spacings may be at most this multiple of
+	// the lower one.
+	irregularFrac = 2.0
 )
 
 // train is one link's probe train in flight. Guarded by the link's mu.
@@ -61,13 +64,14 @@ type train struct {
 type trainResult int
 
 const (
-	trainMeasured trainResult = iota
-	trainTooFew               // fewer than trainMinReplies replies
-	trainPaced                // as fast as we sent it
-	trainTooShort             // over in less than trainMinSpan
+	trainMeasured  trainResult = iota
+	trainTooFew                // fewer than trainMinReplies replies
+	trainPaced                 // as fast as we sent it
+	trainTooShort              // over in less than trainMinSpan
+	trainIrregular             // spacings too uneven to be a bottleneck's
 )
 
-var trainResultNames = [...]string{"measured", "too few replies", "paced by our own sending", "too short to time"}
+var trainResultNames = [...]string{"measured", "too few replies", "paced by our own sending", "too short to time", "irregular spacing"}
 
 func (r trainResult) String() string { return trainResultNames[r] }
 
@@ -88,7 +92,12 @@ func (t *train) capacity() (bps float64, r trainResult) {
 	}
 	slices.Sort(gaps)
 	median := time.Duration(gaps[len(gaps)/2]) * time.Microsecond
+	q1, q3 := gaps[len(gaps)/4], gaps[3*len(gaps)/4]
 	switch {
+	case float64(q3) > irregularFrac*float64(q1):
+		// A bottleneck spaces the probes evenly; spacings that vary this much were
+		// made elsewhere (a receiver whose packet processing ran in bursts).
+		return 0, trainIrregular
 	case median <= 0 || float64(median) <= senderBoundFrac*float64(t.pace):
 		return 0, trainPaced
 	case time.Duration(rel[len(rel)-1]-rel[0])*time.Microsecond < trainMinSpan:

@@ -28,11 +28,10 @@ func TestTrainCapacity(t *testing.T) {
 		t.Errorf("evenly spaced: %.0f bit/s (%s), want %.0f", got, r, want)
 	}
 
-	// A token bucket's burst lets the first probes through at once; a receiver that
-	// read two probes late stamps them together. The median spacing holds.
-	burst := arrivalsEvery(5000, spacing, shortTrain)
-	burst[1], burst[2] = burst[0], burst[0]+10
-	burst[5] = burst[6]
+	// A token bucket's burst lets the first probes through at once; one probe stamped
+	// late. The median spacing holds.
+	burst := append([]uint32{5000}, arrivalsEvery(5000, spacing, shortTrain-1)...)
+	burst[4] += uint32(spacing / time.Microsecond / 2)
 	tr = &train{pace: 20 * time.Microsecond, arrivals: burst}
 	if got, r := tr.capacity(); r != trainMeasured || !near(got) {
 		t.Errorf("burst and a late read: %.0f bit/s (%s), want %.0f", got, r, want)
@@ -60,6 +59,15 @@ func TestTrainCapacity(t *testing.T) {
 	tr = &train{pace: 20 * time.Microsecond, arrivals: make([]uint32, shortTrain)}
 	if got, r := tr.capacity(); r == trainMeasured {
 		t.Errorf("simultaneous arrivals measured %.0f bit/s", got)
+	}
+	// Spacings that vary several-fold (a receiver processing packets in bursts): nothing.
+	bursty := arrivalsEvery(0, spacing, shortTrain)
+	for i := range bursty {
+		bursty[i] = uint32(i/2) * 2 * uint32(spacing/time.Microsecond) // pairs read together
+	}
+	tr = &train{pace: 20 * time.Microsecond, arrivals: bursty}
+	if got, r := tr.capacity(); r != trainIrregular {
+		t.Errorf("probes read in pairs: %.0f bit/s (%s), want %s", got, r, trainIrregular)
 	}
 	// Over too fast for the reader's timing (8 probes at 60 Mbit/s: 1.3 ms): nothing,
 	// and a long train is due.
