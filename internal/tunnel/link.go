@@ -55,8 +55,7 @@ type link struct {
 	// 1 s of buffer went suspect in startup, and its traffic was copied for nothing).
 	lastDelivered time.Time
 	state         linkState
-	train         *train // the probe train measuring the link's capacity (train.go)
-	trainDone     bool
+	train         *train  // the probe train measuring the link's capacity (train.go)
 	rttNs         float64 // smoothed
 	peerRate      float64 // bits/s the peer reports receiving from us, smoothed
 	peerLoss      float64

@@ -36,6 +36,8 @@ const (
 	// any uplink's MTU (PPPoE: 1492).
 	trainDatagram   = 1372
 	trainMinReplies = 4
+	// outerHeaders: the outer IPv4 and UDP headers, which the link carries too.
+	outerHeaders = wire.Overhead - wire.HeaderLen
 	// trainMinSpan: a train whose arrivals spread over less than this is read too fast
 	// for the reader's timing to measure it.
 	trainMinSpan = 5 * time.Millisecond
@@ -57,6 +59,7 @@ type train struct {
 	sent     time.Time
 	pace     time.Duration // our time per probe while sending it
 	sendDone bool          // pace is known: the train can be judged
+	done     bool          // judged
 	arrivals []uint32      // the peer's arrival times, µs on its clock
 }
 
@@ -103,7 +106,7 @@ func (t *train) capacity() (bps float64, r trainResult) {
 	case time.Duration(rel[len(rel)-1]-rel[0])*time.Microsecond < trainMinSpan:
 		return 0, trainTooShort
 	}
-	return float64((trainDatagram+28)*8) / median.Seconds(), trainMeasured
+	return float64((trainDatagram+outerHeaders)*8) / median.Seconds(), trainMeasured
 }
 
 // sendTrain puts a probe train of n probes on a link whose capacity is unknown (CPE:
@@ -115,7 +118,7 @@ func (s *Session) sendTrain(l *link, n int) {
 		return
 	}
 	t := &train{probes: n, sent: time.Now()}
-	l.train, l.trainDone = t, false
+	l.train = t
 	l.mu.Unlock()
 	pad := trainDatagram - wire.HeaderLen - wire.ProbeBodyLen
 	start := time.Now()
@@ -124,7 +127,7 @@ func (s *Session) sendTrain(l *link, n int) {
 	}
 	l.mu.Lock()
 	t.pace, t.sendDone = time.Since(start)/time.Duration(n), true
-	longer := len(t.arrivals) == t.probes && !l.trainDone && l.settleTrain() // every reply came while we sent
+	longer := len(t.arrivals) == t.probes && !t.done && l.settleTrain() // every reply came while we sent
 	l.mu.Unlock()
 	if longer {
 		s.sendTrain(l, longTrain)
@@ -136,7 +139,7 @@ func (s *Session) sendTrain(l *link, n int) {
 func (l *link) onTrainReply(arrival uint32) (longer bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.train == nil || l.trainDone {
+	if l.train == nil || l.train.done {
 		return false
 	}
 	l.train.arrivals = append(l.train.arrivals, arrival)
@@ -150,7 +153,7 @@ func (l *link) onTrainReply(arrival uint32) (longer bool) {
 func (l *link) checkTrain(now time.Time) (longer bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.train != nil && !l.trainDone && now.Sub(l.train.sent) > trainWait {
+	if l.train != nil && !l.train.done && now.Sub(l.train.sent) > trainWait {
 		return l.settleTrain()
 	}
 	return false
@@ -159,7 +162,7 @@ func (l *link) checkTrain(now time.Time) (longer bool) {
 // settleTrain hands the train's measure to the estimator, and reports whether a long
 // train should follow a short one that passed too fast to time. Caller holds mu.
 func (l *link) settleTrain() (longer bool) {
-	l.trainDone = true
+	l.train.done = true
 	bps, r := l.train.capacity()
 	if r == trainTooShort && l.train.probes == shortTrain {
 		return true

@@ -18,7 +18,7 @@ func arrivalsEvery(first uint32, gap time.Duration, n int) []uint32 {
 }
 
 func TestTrainCapacity(t *testing.T) {
-	wire := float64((trainDatagram + 28) * 8)
+	wire := float64((trainDatagram + outerHeaders) * 8)
 	spacing := 7500 * time.Microsecond // a 1400-byte probe at 1.49 Mbit/s
 	want := wire / spacing.Seconds()
 	near := func(got float64) bool { return math.Abs(got-want) < 0.01*want }
@@ -94,11 +94,11 @@ func TestTrainWaitsForItsPace(t *testing.T) {
 	for _, a := range arrivalsEvery(0, 7500*time.Microsecond, shortTrain) {
 		l.onTrainReply(a)
 	}
-	if l.trainDone {
+	if l.train.done {
 		t.Fatal("the train was judged before its sending pace was known")
 	}
 	l.train.pace, l.train.sendDone = 20*time.Microsecond, true
-	if l.settleTrain(); !l.trainDone || l.est.InStartup() {
-		t.Errorf("settled train: done %v, estimator still in startup %v", l.trainDone, l.est.InStartup())
+	if l.settleTrain(); !l.train.done || l.est.InStartup() {
+		t.Errorf("settled train: done %v, estimator still in startup %v", l.train.done, l.est.InStartup())
 	}
 }
