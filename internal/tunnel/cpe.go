@@ -189,7 +189,7 @@ func (c *CPE) maybeHandshake(now time.Time) {
 	c.log.Debug("handshake init sent", "key_id", c.pendingID)
 }
 
-func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort, rxNanos int64) {
+func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort, rxStamp int64) {
 	h, err := parseDatagram(pkt)
 	if err != nil {
 		c.drop(wire.ReasonOf(err))
@@ -217,7 +217,7 @@ func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort, rxNanos int64) {
 		c.drop(wire.ReasonUnknownSession)
 		return
 	}
-	if reason, ok := s.receive(&h, pkt, netip.AddrPort{}, time.Now(), rxNanos); !ok {
+	if reason, ok := s.receive(&h, pkt, netip.AddrPort{}, time.Now(), rxStamp); !ok {
 		c.drop(reason)
 		return
 	}

@@ -138,7 +138,7 @@ func (h *Headend) readSocket(ctx context.Context) {
 	readLoop(ctx, h.conn, h.log, h.onDatagram)
 }
 
-func (h *Headend) onDatagram(pkt []byte, from netip.AddrPort, rxNanos int64) {
+func (h *Headend) onDatagram(pkt []byte, from netip.AddrPort, rxStamp int64) {
 	hdr, err := parseDatagram(pkt)
 	if err != nil {
 		h.drop(wire.ReasonOf(err))
@@ -155,7 +155,7 @@ func (h *Headend) onDatagram(pkt []byte, from netip.AddrPort, rxNanos int64) {
 		h.drop(wire.ReasonUnknownSession)
 		return
 	}
-	if reason, ok := s.receive(&hdr, pkt, from, time.Now(), rxNanos); !ok {
+	if reason, ok := s.receive(&hdr, pkt, from, time.Now(), rxStamp); !ok {
 		h.drop(reason)
 	}
 }

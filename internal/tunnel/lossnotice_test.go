@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/aggd/aggd/internal/auth"
-	"github.com/aggd/aggd/internal/clock"
 	"github.com/aggd/aggd/internal/metrics"
 	"github.com/aggd/aggd/internal/reseq"
 	"github.com/aggd/aggd/internal/wire"
@@ -94,7 +93,7 @@ func (p *pipePair) pump() {
 		if err != nil {
 			p.t.Fatalf("a session sent a malformed datagram: %v", err)
 		}
-		if reason, ok := q.to.receive(&h, q.pkt, netip.AddrPort{}, p.clk, clock.Nanos()); !ok {
+		if reason, ok := q.to.receive(&h, q.pkt, netip.AddrPort{}, p.clk, 0); !ok {
 			p.t.Fatalf("%s datagram rejected: %v", h.Type, reason)
 		}
 	}

@@ -390,9 +390,9 @@ func (s *Session) sendProbe(l *link, padding int) {
 }
 
 // receive handles one datagram that parsed and matched this session. via is the link
-// the session's peer sent it on; from its source address; rxNanos when the kernel
-// received it (CLOCK_MONOTONIC).
-func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now time.Time, rxNanos int64) (reason wire.Reason, ok bool) {
+// the session's peer sent it on; from its source address; rxStamp the kernel's receive
+// timestamp (readLoop).
+func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now time.Time, rxStamp int64) (reason wire.Reason, ok bool) {
 	counted := false // counted by the handover, not yet in the resequencer (rxInFlight)
 	if h.Type == wire.TypeData && s.fp != nil {
 		// Before anything can reject it: the kernel counted it when it passed it up, and
@@ -443,7 +443,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 		if !k.acceptControl(msg.Counter()) {
 			return wire.ReasonReplay, false
 		}
-		defer s.handleControl(l, h, msg, now, rxNanos)
+		defer s.handleControl(l, h, msg, now, rxStamp)
 	}
 	if s.keys.confirm(k) {
 		s.schedDue.Store(true) // the kernel must send with the confirmed keys too
@@ -492,11 +492,13 @@ func (s *Session) learnLink(id uint8) *link {
 	return s.onNewLink(id)
 }
 
-func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now time.Time, rxNanos int64) {
+func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now time.Time, rxStamp int64) {
 	switch body := msg.Body.(type) {
 	case wire.ProbeBody:
-		reply := wire.ProbeReplyBody{Counter: s.txCtrl.Add(1), EchoTimestamp: h.Timestamp, EchoLinkID: h.LinkID,
-			Train: body.Train(), Arrival: clock.Micros32(rxNanos)}
+		reply := wire.ProbeReplyBody{Counter: s.txCtrl.Add(1), EchoTimestamp: h.Timestamp, EchoLinkID: h.LinkID}
+		if body.Train() {
+			reply.Train, reply.Arrival = true, clock.Micros32(rxMonotonic(rxStamp))
+		}
 		s.sendControl(l, wire.TypeProbeReply, 0, 0, reply.Append(nil))
 		nanos := clock.Nanos()
 		s.rxMu.Lock()

@@ -63,12 +63,14 @@ func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
 }
 
 // readLoop hands every datagram arriving on conn to handle until the socket is closed,
-// with the time the kernel received it (CLOCK_MONOTONIC ns). Probe trains are timed by
-// it (train.go): the daemon's own reading time shows its scheduling, not the link (on
-// a loaded machine a 60 Mbit/s link's train, read in bursts, looked like 300-600 Mbit/s).
-// One-way delays still use the daemon's time: with the kernel's, the lab showed a
-// steady 10 ms "queue" on one link that nothing else showed (d1fa18a), not understood.
-func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, handle func(pkt []byte, from netip.AddrPort, rxNanos int64)) {
+// with the kernel's receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME ns; 0 if none).
+// Probe trains are timed by it (train.go): the daemon's own reading time shows its
+// scheduling, not the link (on a loaded machine a 60 Mbit/s link's train, read in
+// bursts, looked like 300-600 Mbit/s). It stays a raw stamp here, on the per-packet
+// path; rxMonotonic converts it for the few packets that use it. One-way delays still
+// use the daemon's time: with the kernel's, the lab showed a steady 10 ms "queue" on
+// one link that nothing else showed (d1fa18a), not understood.
+func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, handle func(pkt []byte, from netip.AddrPort, rxStamp int64)) {
 	buf := make([]byte, 65536)
 	oob := make([]byte, unix.CmsgSpace(timespecLen))
 	for {
@@ -80,32 +82,35 @@ func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, handle f
 			log.Warn("socket read failed", "err", err)
 			continue
 		}
-		handle(buf[:n], from, kernelRxNanos(oob[:oobn]))
+		handle(buf[:n], from, kernelRxStamp(oob[:oobn]))
 	}
 }
 
 // timespecLen is the size of SO_TIMESTAMPNS's payload on this architecture.
 const timespecLen = int(unsafe.Sizeof(unix.Timespec{}))
 
-// kernelRxNanos turns an SO_TIMESTAMPNS control message (CLOCK_REALTIME) into
-// CLOCK_MONOTONIC ns, by how long ago it was on the realtime clock. Without one (or
-// with a time in the future, or long past: the realtime clock was stepped) it returns
-// now.
-func kernelRxNanos(oob []byte) int64 {
-	now := clock.Nanos()
+// kernelRxStamp reads an SO_TIMESTAMPNS control message: CLOCK_REALTIME ns, 0 without one.
+func kernelRxStamp(oob []byte) int64 {
 	if len(oob) < unix.CmsgLen(timespecLen) {
-		return now
+		return 0
 	}
 	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
 	if h.Level != unix.SOL_SOCKET || h.Type != unix.SO_TIMESTAMPNS || int(h.Len) < unix.CmsgLen(timespecLen) {
-		return now
+		return 0
 	}
-	ts := (*unix.Timespec)(unsafe.Pointer(&oob[unix.CmsgLen(0)]))
+	return (*unix.Timespec)(unsafe.Pointer(&oob[unix.CmsgLen(0)])).Nano()
+}
+
+// rxMonotonic turns a kernel receive stamp into CLOCK_MONOTONIC ns, by how long ago it
+// was on the realtime clock. Without a stamp (or with one in the future, or long past:
+// the realtime clock was stepped) it returns now.
+func rxMonotonic(stamp int64) int64 {
+	now := clock.Nanos()
 	var real unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_REALTIME, &real) != nil {
+	if stamp == 0 || unix.ClockGettime(unix.CLOCK_REALTIME, &real) != nil {
 		return now
 	}
-	age := real.Nano() - ts.Nano()
+	age := real.Nano() - stamp
 	if age < 0 || age > int64(time.Second) {
 		return now
 	}
