@@ -105,8 +105,11 @@ func LinkPin(dir, hook, ifname string) string {
 	if dir == "" {
 		return ""
 	}
-	return filepath.Join(dir, "link_"+hook+"_"+ifname)
+	return filepath.Join(dir, linkPinPrefix+hook+"_"+ifname)
 }
+
+// linkPinPrefix starts the name of every pinned link (maps are pinned by their names).
+const linkPinPrefix = "link_"
 
 // attachPinned attaches prog through attach, unless a link pinned at pin (by an earlier
 // run) still holds the hook: that link is switched to prog, so the hook is never
@@ -152,7 +155,7 @@ func RemoveLinkPins(dir, hookPrefix string) {
 	if dir == "" {
 		return
 	}
-	pins, _ := filepath.Glob(filepath.Join(dir, "link_"+hookPrefix+"*"))
+	pins, _ := filepath.Glob(filepath.Join(dir, linkPinPrefix+hookPrefix+"*"))
 	for _, p := range pins {
 		_ = os.Remove(p)
 	}
