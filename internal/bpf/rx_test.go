@@ -444,19 +444,26 @@ func TestRxUndeliverable(t *testing.T) {
 	}
 }
 
-// A handback is accepted only with the stamp equal to the divert count; a
-// stale one never later; one posted while BPF owns is ignored.
-func TestRxHandback(t *testing.T) {
+// enabledSession loads the receive program with session idx enabled (owned by the
+// daemon) and returns run, which feeds it one DATA packet and returns its verdict.
+func enabledSession(t *testing.T, idx uint32) (*Rx, func(seq uint32) uint32) {
+	t.Helper()
 	r := loadRxT(t)
-	const idx = 0x0a0b0c0f
-	body := innerIPv4(1, 60)
-	run := func(seq uint32) uint32 {
-		ret, _ := runTC(t, r.Program(), dataFrame(idx, seq, body), nil)
-		return ret
-	}
 	if err := r.EnableSession(idx); err != nil {
 		t.Fatal(err)
 	}
+	body := innerIPv4(1, 60)
+	return r, func(seq uint32) uint32 {
+		ret, _ := runTC(t, r.Program(), dataFrame(idx, seq, body), nil)
+		return ret
+	}
+}
+
+// A handback is accepted only with the stamp equal to the divert count; a
+// stale one never later; one posted while BPF owns is ignored.
+func TestRxHandback(t *testing.T) {
+	const idx = 0x0a0b0c0f
+	r, run := enabledSession(t, idx)
 	for seq := uint32(0); seq < 3; seq++ {
 		if ret := run(seq); ret != tcOK {
 			t.Fatalf("seq %d under owner daemon: %s", seq, tcNames[ret])
@@ -504,6 +511,54 @@ func TestRxHandback(t *testing.T) {
 	}
 	if o := readOrder(t, r, idx); o.Owner != OwnerBPF || o.Next != 10 || o.ReqValid {
 		t.Errorf("after a bogus request: %+v, want owner bpf at 10, request cleared", o)
+	}
+}
+
+// The real program and the daemon's handover code, with a passed-up packet
+// lost on the host: the handbacks stay stale until Resync adopts the
+// program's count, and then the program takes the ordering back.
+func TestRxResyncAfterALostPassUp(t *testing.T) {
+	const idx = 0x0a0b0c11
+	r, run := enabledSession(t, idx)
+	d := handover.New(r, idx)
+	for seq := uint32(0); seq < 2; seq++ {
+		if ret := run(seq); ret != tcOK {
+			t.Fatalf("seq %d under owner daemon: %s", seq, tcNames[ret])
+		}
+	}
+	if _, _, err := d.OnData(); err != nil { // seq 0 reaches the daemon, seq 1 is lost
+		t.Fatal(err)
+	}
+	next := uint32(2) // the hold timer skipped seq 1
+	for range 3 {
+		if err := d.Idle(next, true); err != nil {
+			t.Fatal(err)
+		}
+		if ret := run(next); ret != tcOK {
+			t.Fatalf("stale handback: seq %d %s, want passed up", next, tcNames[ret])
+		}
+		if _, _, err := d.OnData(); err != nil {
+			t.Fatal(err)
+		}
+		next++
+	}
+	if err := d.Idle(next, true); err != nil {
+		t.Fatal(err)
+	}
+	if reset, _, err := d.Resync(); reset || err != nil {
+		t.Fatalf("Resync: reset %v, %v", reset, err)
+	}
+	if n := diverted(t, r, idx); d.Consumed() != n {
+		t.Fatalf("after Resync the daemon counts %d, the program %d", d.Consumed(), n)
+	}
+	if err := d.Idle(next, true); err != nil {
+		t.Fatal(err)
+	}
+	if ret := run(next); ret != tcRedirect {
+		t.Errorf("after the resync: seq %d %s, want the handback accepted and the packet delivered", next, tcNames[ret])
+	}
+	if o := readOrder(t, r, idx); o.Owner != OwnerBPF || o.Next != next+1 {
+		t.Errorf("order %+v, want the program owning at %d", o, next+1)
 	}
 }
 

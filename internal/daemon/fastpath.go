@@ -208,6 +208,9 @@ type fpSession struct {
 	seq    *bpf.TxSeq
 	ho     *handover.Daemon
 	rxOn   bool
+	// resyncs is the handover's Resyncs when last logged (guarded, like ho, by the
+	// session's receive lock, which Resync's caller holds).
+	resyncs uint64
 
 	mu        sync.Mutex
 	linkSlot  map[uint8]int // link id -> index in the session's link table
@@ -308,6 +311,20 @@ func (s *fpSession) Idle(next uint32, empty bool) {
 	if err := s.ho.Idle(next, empty); err != nil {
 		s.warn("fast path: cannot hand the ordering back to the kernel", "err", err)
 	}
+}
+
+func (s *fpSession) Resync() (restart bool, next uint32) {
+	restart, next, err := s.ho.Resync()
+	if err != nil {
+		s.warn("fast path: cannot resynchronise the receive ordering with the kernel", "err", err)
+		return false, 0
+	}
+	if n := s.ho.Stats().Resyncs; n != s.resyncs {
+		s.resyncs = n
+		s.f.log.Info("fast path: packets the kernel passed up were lost on the host (socket buffer full?); "+
+			"receive counts resynchronised so the kernel can take the ordering back", "session", s.index, "resyncs", n)
+	}
+	return restart, next
 }
 
 // RxDelta implements tunnel.SessionPath from the receive program's per-link counters.

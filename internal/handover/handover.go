@@ -67,10 +67,12 @@ type Order struct {
 }
 
 // OrderMap reads and writes a session's Order atomically with respect to
-// the kernel (under the value's spin lock: BPF_F_LOCK).
+// the kernel (under the value's spin lock: BPF_F_LOCK), and reads how many
+// DATA packets the kernel passed up for the session (rx_divert).
 type OrderMap interface {
 	ReadOrder(index uint32) (Order, error)
 	WriteOrder(index uint32, o Order) error
+	Diverted(index uint32) (uint64, error)
 }
 
 // ErrKernelOwns is returned by OnData for a DATA packet that reached the
@@ -88,6 +90,7 @@ type Stats struct {
 	Accepted uint64 // of those, accepted by the kernel (learnt when it handed over again)
 	Died     uint64 // of those, never acceptable: a packet passed up after the stamp was taken
 	Strays   uint64 // DATA packets that arrived while the kernel owned (ErrKernelOwns)
+	Resyncs  uint64 // the consumed count set to the kernel's after a quiet period (Resync)
 }
 
 // Daemon is one session's handover state on the daemon's side. It is not
@@ -192,6 +195,56 @@ func (d *Daemon) Idle(next uint32, empty bool) error {
 	d.posted, d.ever, d.postedAt, d.epoch = true, true, d.consumed, o.Epoch
 	d.stats.Posted++
 	return nil
+}
+
+// Resync recovers from a packet the kernel passed up that never reached the
+// daemon (its socket's receive buffer was full, a fragment never
+// reassembled). Such a packet leaves the kernel's count above the daemon's
+// for good, so every handback would be stale and the session would stay in
+// userspace (docs/fastpath-ordering.md, finding 4.4). The caller must call
+// it only while its resequencer is empty and once no DATA packet of the
+// session has reached it for much longer than a passed-up packet takes to
+// reach the socket: then nothing the kernel counted is still on its way,
+// and what is missing was lost on the host. Resync adopts the kernel's
+// count as consumed, so the next Idle posts a handback that can match.
+//
+// reset reports, as OnData does, that the pending handback was accepted and
+// the kernel has since handed over again at next (the passed-up packets of
+// that handover were the ones lost): the caller must Restart its
+// resequencer at next. If the quiet-period assumption was wrong (a counted
+// packet was still queued), that packet later reaches a daemon that has
+// already counted it: at worst it is lost, never delivered twice (the SPIN
+// model's fix-resync run).
+func (d *Daemon) Resync() (reset bool, next uint32, err error) {
+	if !d.posted {
+		return false, 0, nil // Idle posts first; a posted request is what a resync replaces
+	}
+	// The count before the ordering state: a packet passed up between the two reads is
+	// then counted by the daemon when it arrives, exactly as by the kernel.
+	count, err := d.m.Diverted(d.index)
+	if err != nil {
+		return false, 0, fmt.Errorf("session %#x: reading the kernel's divert count: %w", d.index, err)
+	}
+	if count == d.consumed {
+		return false, 0, nil // the request can match: the next packet hands the ordering back
+	}
+	o, err := d.m.ReadOrder(d.index)
+	if err != nil {
+		return false, 0, fmt.Errorf("session %#x: reading the kernel's ordering state: %w", d.index, err)
+	}
+	if o.Owner != OwnerDaemon {
+		// Accepted means stamp == count, and the kernel counts nothing while it owns.
+		return false, 0, fmt.Errorf("session %#x: the kernel owns the ordering although its count (%d) "+
+			"is not the daemon's (%d): the ordering state was changed by someone else (restart aggd)",
+			d.index, count, d.consumed)
+	}
+	if o.Epoch != d.epoch {
+		reset, next = true, o.Next
+		d.stats.Accepted++
+	}
+	d.consumed, d.posted = count, false
+	d.stats.Resyncs++
+	return reset, next, nil
 }
 
 // Pending reports whether a handback is posted and its outcome not yet

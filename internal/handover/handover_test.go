@@ -73,6 +73,12 @@ func (k *kernel) packet(seq uint32, onDeliver func()) action {
 	return gap
 }
 
+func (k *kernel) Diverted(uint32) (uint64, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.divert, k.readErr
+}
+
 func newKernel() *kernel { return &kernel{o: Order{Owner: OwnerDaemon}} }
 
 func TestFirstIdlePosts(t *testing.T) {
@@ -153,6 +159,93 @@ func TestAcceptedThenHandedOver(t *testing.T) {
 	}
 	if a := k.packet(10, func() {}); a != deliver {
 		t.Errorf("second handback: %v, want accepted and delivered", a)
+	}
+}
+
+// A packet the kernel passed up and counted is lost on the host (the
+// daemon's socket buffer was full): every later handback is stale, until a
+// quiet period's Resync adopts the kernel's count.
+func TestResyncAfterAPassUpLostOnTheHost(t *testing.T) {
+	k := newKernel()
+	d := New(k, 1)
+	k.packet(0, nil) // the daemon owns: both passed up
+	k.packet(1, nil)
+	if _, _, err := d.OnData(); err != nil { // seq 0 arrives; seq 1 is dropped at the socket
+		t.Fatal(err)
+	}
+	next := uint32(1)
+	for round := range 5 {
+		if err := d.Idle(next, true); err != nil {
+			t.Fatal(err)
+		}
+		if a := k.packet(next+1, nil); a != daemonOwns {
+			t.Fatalf("round %d: kernel %v, want the packet passed up (the handback is stale)", round, a)
+		}
+		if _, _, err := d.OnData(); err != nil || d.Pending() {
+			t.Fatalf("round %d: OnData %v, pending %v; want the request dead", round, err, d.Pending())
+		}
+		next += 1 // the hold timer skipped seq 1, the resequencer released the rest
+	}
+	if err := d.Idle(next, true); err != nil {
+		t.Fatal(err)
+	}
+	// Quiet: nothing counted can still be on its way.
+	reset, _, err := d.Resync()
+	if reset || err != nil || d.Pending() || d.Consumed() != k.divert {
+		t.Fatalf("Resync: reset %v err %v pending %v consumed %d, want the kernel's count %d and nothing pending",
+			reset, err, d.Pending(), d.Consumed(), k.divert)
+	}
+	if err := d.Idle(next, true); err != nil {
+		t.Fatal(err)
+	}
+	var delivered []uint32
+	if a := k.packet(next, func() { delivered = append(delivered, next) }); a != deliver {
+		t.Fatalf("after the resync: kernel %v, want the handback accepted and seq %d delivered", a, next)
+	}
+	if st := d.Stats(); st.Resyncs != 1 || len(delivered) != 1 {
+		t.Errorf("stats %+v, delivered %v", st, delivered)
+	}
+}
+
+// The lost packets were those of a handover that followed an accepted
+// handback: Resync reports where the kernel handed over, as OnData would.
+func TestResyncAfterAHandoverLostOnTheHost(t *testing.T) {
+	k := newKernel()
+	d := New(k, 1)
+	if err := d.Idle(4, true); err != nil {
+		t.Fatal(err)
+	}
+	k.packet(4, func() {}) // accepted, delivered
+	if a := k.packet(6, nil); a != gap {
+		t.Fatalf("kernel %v, want a gap", a)
+	}
+	// seq 6 never reaches the daemon.
+	reset, next, err := d.Resync()
+	if !reset || next != 5 || err != nil {
+		t.Fatalf("Resync: reset %v next %d err %v, want a restart at 5", reset, next, err)
+	}
+	if d.Consumed() != 1 || d.Pending() || d.Stats().Accepted != 1 {
+		t.Errorf("consumed %d pending %v stats %+v", d.Consumed(), d.Pending(), d.Stats())
+	}
+}
+
+// With nothing lost, Resync leaves a live request alone, and does nothing
+// without one.
+func TestResyncLeavesALiveRequest(t *testing.T) {
+	k := newKernel()
+	d := New(k, 1)
+	if reset, _, err := d.Resync(); reset || err != nil || d.Stats().Resyncs != 0 {
+		t.Fatalf("Resync with nothing posted: %v %v %+v", reset, err, d.Stats())
+	}
+	if err := d.Idle(0, true); err != nil {
+		t.Fatal(err)
+	}
+	if reset, _, err := d.Resync(); reset || err != nil || !d.Pending() || d.Stats().Resyncs != 0 {
+		t.Errorf("Resync with a live request: reset %v err %v pending %v %+v", reset, err, d.Pending(), d.Stats())
+	}
+	k.packet(0, func() {}) // accepted: the kernel owns, counts agree
+	if reset, _, err := d.Resync(); reset || err != nil || d.Stats().Resyncs != 0 {
+		t.Errorf("Resync while the kernel owns: reset %v err %v %+v", reset, err, d.Stats())
 	}
 }
 

@@ -39,6 +39,11 @@ type SessionPath interface {
 	// Idle is told the resequencer's state after each change: when it is empty, the
 	// ordering can go back to the kernel, which then continues at next.
 	Idle(next uint32, empty bool)
+	// Resync is called while the resequencer is empty and no DATA packet of the session
+	// has reached the daemon for fastResyncQuiet: a packet the kernel passed up but the
+	// host lost (socket buffer full) would otherwise keep the ordering in userspace for
+	// good. restart as for OnData.
+	Resync() (restart bool, next uint32)
 
 	// RxDelta returns, per link, what the kernel delivered since the last call;
 	// TxDelta what it sent.

@@ -98,9 +98,11 @@ type Session struct {
 	// back to the kernel while one is between the two, or the kernel would resume with
 	// a packet about to be held here (a crash seen in the e2e tests).
 	rxInFlight int
-	holdTimer  *time.Timer
-	armedAt    int64
-	lastStats  reseq.Stats
+	// lastFastData is when the last DATA packet reached the daemon (fast path; Resync).
+	lastFastData int64
+	holdTimer    *time.Timer
+	armedAt      int64
+	lastStats    reseq.Stats
 
 	notices lossNotices // loss notices to repeat (lossnotice.go)
 
@@ -403,6 +405,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 			s.reseq.Restart(next)
 		}
 		s.rxInFlight++
+		s.lastFastData = clock.Nanos()
 		counted = true
 		s.rxMu.Unlock()
 		defer func() {
@@ -666,9 +669,20 @@ func (s *Session) mergeFastRx(links []*link) {
 		}
 	}
 	s.rxMu.Lock()
-	s.armHoldTimer(clock.Nanos())
+	now := clock.Nanos()
+	if s.rxInFlight == 0 && s.reseq.Empty() && now-s.lastFastData > int64(fastResyncQuiet) {
+		if restart, next := s.fp.Resync(); restart {
+			s.reseq.Restart(next)
+		}
+	}
+	s.armHoldTimer(now)
 	s.rxMu.Unlock()
 }
+
+// fastResyncQuiet is how long no DATA packet of a session must have reached the daemon
+// before it trusts that nothing the kernel passed up is still on its way (a passed-up
+// packet takes microseconds to reach the socket; a second also outlasts any hold time).
+const fastResyncQuiet = time.Second
 
 // mergeFastTx adds what the kernel sent on each link to the link's transmit counters.
 // Besides the tick, every FEEDBACK calls it, so that the estimators' samples compare
