@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,6 +35,9 @@ type fastPath struct {
 	open    map[uint32]bool // receive indexes of the open sessions
 	adopted *adoptedState   // an earlier run's sessions, until retired
 	shield  *bpf.Shield
+
+	// handbacks sums the sessions' handover outcomes (handover.Stats) for the metrics.
+	handbacks handbackTotals
 
 	csumMu   sync.Mutex
 	csumDone map[int]bool      // interfaces completeChecksums has seen, by index
@@ -208,9 +212,9 @@ type fpSession struct {
 	seq    *bpf.TxSeq
 	ho     *handover.Daemon
 	rxOn   bool
-	// resyncs is the handover's Resyncs when last logged (guarded, like ho, by the
-	// session's receive lock, which Resync's caller holds).
-	resyncs uint64
+	// seen is ho's Stats when last added to the fast path's totals (guarded, like ho, by
+	// the session's receive lock, which every caller of OnData, Idle and Resync holds).
+	seen handover.Stats
 
 	mu        sync.Mutex
 	linkSlot  map[uint8]int // link id -> index in the session's link table
@@ -296,8 +300,17 @@ func (s *fpSession) warn(msg string, args ...any) {
 	}
 }
 
+// countHandbacks adds the handover's new outcomes to the fast path's totals.
+func (s *fpSession) countHandbacks() {
+	if st := s.ho.Stats(); st != s.seen {
+		s.f.handbacks.add(s.seen, st)
+		s.seen = st
+	}
+}
+
 func (s *fpSession) OnData() (restart bool, next uint32, drop bool) {
 	restart, next, err := s.ho.OnData()
+	s.countHandbacks()
 	switch {
 	case errors.Is(err, handover.ErrKernelOwns):
 		return false, 0, true
@@ -308,19 +321,22 @@ func (s *fpSession) OnData() (restart bool, next uint32, drop bool) {
 }
 
 func (s *fpSession) Idle(next uint32, empty bool) {
-	if err := s.ho.Idle(next, empty); err != nil {
+	err := s.ho.Idle(next, empty)
+	s.countHandbacks()
+	if err != nil {
 		s.warn("fast path: cannot hand the ordering back to the kernel", "err", err)
 	}
 }
 
 func (s *fpSession) Resync() (restart bool, next uint32) {
+	was := s.seen.Resyncs
 	restart, next, err := s.ho.Resync()
+	s.countHandbacks()
 	if err != nil {
 		s.warn("fast path: cannot resynchronise the receive ordering with the kernel", "err", err)
 		return false, 0
 	}
-	if n := s.ho.Stats().Resyncs; n != s.resyncs {
-		s.resyncs = n
+	if n := s.seen.Resyncs; n != was {
 		s.f.log.Info("fast path: packets the kernel passed up were lost on the host (socket buffer full?); "+
 			"receive counts resynchronised so the kernel can take the ordering back", "session", s.index, "resyncs", n)
 	}
@@ -565,7 +581,17 @@ var fastPathDesc = prometheus.NewDesc("aggd_fastpath_packets_total",
 		"handed to the daemon's slow path.",
 	[]string{"direction", "verdict"}, nil)
 
-func (c fastPathCollector) Describe(ch chan<- *prometheus.Desc) { ch <- fastPathDesc }
+var handbackDesc = prometheus.NewDesc("aggd_fastpath_handbacks_total",
+	"The daemon's offers to hand the receive ordering back to the kernel, by outcome: "+
+		"posted, accepted, died (a packet was passed up after the offer), resynced (the "+
+		"daemon adopted the kernel's count after a quiet second: a passed-up packet was lost "+
+		"on the host).",
+	[]string{"outcome"}, nil)
+
+func (c fastPathCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- fastPathDesc
+	ch <- handbackDesc
+}
 
 func (c fastPathCollector) Collect(ch chan<- prometheus.Metric) {
 	for dir, read := range map[string]func() (map[string]uint64, error){"tx": c.f.tx.Verdicts, "rx": c.f.rx.Verdicts} {
@@ -577,4 +603,19 @@ func (c fastPathCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(fastPathDesc, prometheus.CounterValue, float64(n), dir, verdict)
 		}
 	}
+	h := &c.f.handbacks
+	for outcome, n := range map[string]*atomic.Uint64{"posted": &h.posted, "accepted": &h.accepted, "died": &h.died, "resynced": &h.resynced} {
+		ch <- prometheus.MustNewConstMetric(handbackDesc, prometheus.CounterValue, float64(n.Load()), outcome)
+	}
+}
+
+// handbackTotals are handover.Stats summed over sessions, readable at scrape time.
+type handbackTotals struct{ posted, accepted, died, resynced atomic.Uint64 }
+
+// add adds what changed from was to now.
+func (h *handbackTotals) add(was, now handover.Stats) {
+	h.posted.Add(now.Posted - was.Posted)
+	h.accepted.Add(now.Accepted - was.Accepted)
+	h.died.Add(now.Died - was.Died)
+	h.resynced.Add(now.Resyncs - was.Resyncs)
 }

@@ -148,6 +148,21 @@ func TestFastPathCarriesTraffic(t *testing.T) {
 			}
 		}
 	}
+	// Both receivers took the ordering back from the kernel at a gap and handed it back
+	// (each session starts with the daemon owning it, so at least once), and every
+	// outcome belongs to a handback that was posted.
+	for _, ns := range []string{"cpe", "hub"} {
+		m, err := b.metrics(ns)
+		if err != nil {
+			t.Fatalf("metrics of %s: %v", ns, err)
+		}
+		h := func(outcome string) float64 { return m[`aggd_fastpath_handbacks_total{outcome="`+outcome+`"}`] }
+		t.Logf("  %s handbacks: posted %.0f, accepted %.0f, died %.0f, resynced %.0f", ns, h("posted"), h("accepted"), h("died"), h("resynced"))
+		if h("accepted") < 1 || h("posted") < h("accepted")+h("died") {
+			t.Errorf("%s: handbacks posted %.0f, accepted %.0f, died %.0f: want at least one accepted, and no outcome without a post",
+				ns, h("posted"), h("accepted"), h("died"))
+		}
+	}
 	for _, dir := range []struct {
 		name    string
 		reverse bool
