@@ -35,6 +35,10 @@ import (
 // each path does when it is overloaded (drops, and, for the fast path, the receive
 // ordering falling back to the daemon on every gap).
 //
+// A third path, "plain", runs the paced cells with no aggd at all: lan ↔ srv routed over
+// uplink 1 with the same two masquerades the daemons install. What a path's forwarding
+// cores exceed it by is what the tunnel adds (the ratios' added basis).
+//
 // For each cell a Go generator in the source namespace sends UDP datagrams with
 // sendmmsg for a warm-up second plus the measured window, and a sink in the
 // destination namespace counts them with recvmmsg. The window's
@@ -108,9 +112,29 @@ func BenchmarkForwardingPPS(b *testing.B) {
 		res.AggdVersion = strings.TrimSpace(string(out))
 	}
 
-	// The slow path first: the fast path is the one that may not come up, and a bond
-	// that does not (its daemons are left to the topology's teardown) must not cost
-	// the slow-path cells.
+	// The plain reference first: the same hosts, routers and NAT without aggd, paced only.
+	// What a path costs above it is what the tunnel adds (added_forwarding_cores).
+	if err := ppsPlainUp(n); err != nil {
+		b.Fatalf("plain routed reference: %v", err)
+	}
+	res.Paths = append(res.Paths, ppsPathStatus{Path: "plain", Available: true})
+	plain := &bond{Net: n}
+	for _, dir := range []string{"up", "down"} {
+		for _, size := range ppsSizes {
+			c := ppsCell{Path: "plain", Load: "paced", Direction: dir, Size: size, GeneratorCPU: pin, OfferedPPS: paced}
+			if only != nil && !only.MatchString(c.name()) {
+				continue
+			}
+			runPPSCell(b, plain, &c, measure)
+			b.Logf("%s", c.line())
+			res.Cells = append(res.Cells, c)
+		}
+	}
+	ppsPlainDown(n)
+
+	// The slow path before the fast one: the fast path is the one that may not come up,
+	// and a bond that does not (its daemons are left to the topology's teardown) must
+	// not cost the slow-path cells.
 	for _, path := range []string{"slow", "fast"} {
 		var args []string
 		if path == "slow" {
@@ -170,9 +194,10 @@ func BenchmarkForwardingPPS(b *testing.B) {
 		fmt.Fprintf(&tbl, "%s\n", c.row())
 	}
 	fmt.Fprintf(&tbl, "fast/slow ratio of pps per core (target >= 5, forwarding basis):\n")
-	fmt.Fprintf(&tbl, "%-5s %-4s %5s %12s %12s  %s\n", "load", "dir", "size", "busy-basis", "fwd-basis", "note")
+	fmt.Fprintf(&tbl, "%-5s %-4s %5s %12s %12s %12s  %s\n", "load", "dir", "size", "busy-basis", "fwd-basis", "added-basis", "note")
 	for _, r := range res.Ratios {
-		fmt.Fprintf(&tbl, "%-5s %-4s %5d %12s %12s  %s\n", r.Load, r.Direction, r.Size, fmtRatio(r.PerBusyCore), fmtRatio(r.PerForwardingCore), r.Note)
+		fmt.Fprintf(&tbl, "%-5s %-4s %5d %12s %12s %12s  %s\n", r.Load, r.Direction, r.Size, fmtRatio(r.PerBusyCore),
+			fmtRatio(r.PerForwardingCore), fmtRatio(r.PerAddedCore), r.Note)
 		if r.PerForwardingCore != nil {
 			b.ReportMetric(*r.PerForwardingCore, fmt.Sprintf("ratio-%s-%s-%dB", r.Load, r.Direction, r.Size))
 		}
@@ -188,6 +213,7 @@ const (
 	ppsPacedBatch   = 16
 	ppsPortUp       = 5401
 	ppsPortDown     = 5402
+	ppsPortPlain    = 10  // added to the ports for the plain reference's cells
 	userHZ          = 100 // USER_HZ, the unit of /proc/stat and /proc/<pid>/stat times on Linux
 )
 
@@ -337,8 +363,13 @@ type ppsRatio struct {
 	Size              int      `json:"inner_packet_bytes"`
 	PerBusyCore       *float64 `json:"pps_per_busy_core_ratio"`
 	PerForwardingCore *float64 `json:"pps_per_forwarding_core_ratio"`
-	MeetsTarget       *bool    `json:"meets_5x_target_forwarding_basis,omitempty"`
-	Note              string   `json:"note,omitempty"`
+	// What the tunnel adds to the plain reference's forwarding cores, per path, and the
+	// ratio of packets per added core (paced cells with a plain cell only).
+	FastAddedCores *float64 `json:"fast_added_forwarding_cores,omitempty"`
+	SlowAddedCores *float64 `json:"slow_added_forwarding_cores,omitempty"`
+	PerAddedCore   *float64 `json:"pps_per_added_core_ratio,omitempty"`
+	MeetsTarget    *bool    `json:"meets_5x_target_forwarding_basis,omitempty"`
+	Note           string   `json:"note,omitempty"`
 }
 
 // cpuSample is one reading of every CPU counter a cell uses.
@@ -353,6 +384,9 @@ func runPPSCell(b *testing.B, bd *bond, c *ppsCell, measure time.Duration) {
 	src, dst, port := "lan", "srv", ppsPortUp
 	if c.Direction == "down" {
 		src, dst, port = "srv", "lan", ppsPortDown
+	}
+	if c.Path == "plain" {
+		port += ppsPortPlain
 	}
 	payload := make([]byte, c.Size-28)
 	copy(payload, "aggd-pps")
@@ -411,7 +445,7 @@ func runPPSCell(b *testing.B, bd *bond, c *ppsCell, measure time.Duration) {
 	stop.Store(true)
 	wg.Wait()
 
-	if bd.cpe.Exited() || bd.headend.Exited() {
+	if bd.cpe != nil && (bd.cpe.Exited() || bd.headend.Exited()) {
 		c.Reason = fmt.Sprintf("a daemon exited during the cell (cpe: %v, headend: %v)", bd.cpe.Exited(), bd.headend.Exited())
 		return
 	}
@@ -470,6 +504,37 @@ func runPPSCell(b *testing.B, bd *bond, c *ppsCell, measure time.Duration) {
 	// second: a fast path whose daemon lost a passed-up packet under the last cell's
 	// load takes the ordering back only after one (fastResyncQuiet in internal/tunnel).
 	time.Sleep(1500 * time.Millisecond)
+}
+
+// ppsPlainUp routes lan ↔ srv over uplink 1 without aggd, with the masquerading the
+// bond does (the CPE's LAN behind its uplink address, the headend's traffic behind its
+// server-side address), so that a plain cell costs what a bond cell costs minus the
+// tunnel.
+func ppsPlainUp(n *testnet.Net) error {
+	for _, c := range []struct {
+		ns   string
+		args []string
+	}{
+		{"cpe", []string{"sysctl", "-qw", "net.ipv4.ip_forward=1"}},
+		{"hub", []string{"sysctl", "-qw", "net.ipv4.ip_forward=1"}},
+		{"cpe", []string{"ip", "route", "add", "10.97.0.0/24", "via", "10.98.1.1", "dev", "up1"}},
+		{"cpe", []string{"nft", "add table ip ppsplain; add chain ip ppsplain post { type nat hook postrouting priority 100 ; } ; add rule ip ppsplain post oifname up1 masquerade"}},
+		{"hub", []string{"nft", "add table ip ppsplain; add chain ip ppsplain post { type nat hook postrouting priority 100 ; } ; add rule ip ppsplain post oifname wan0 masquerade"}},
+	} {
+		if out, err := n.Try(c.ns, c.args...); err != nil {
+			return fmt.Errorf("%s: %s: %v %s", c.ns, strings.Join(c.args, " "), err, out)
+		}
+	}
+	return nil
+}
+
+// ppsPlainDown undoes ppsPlainUp (forwarding stays on: the daemons turn it on anyway).
+// The plain cells' conntrack entries keep their NAT; the plain cells use their own ports
+// (ppsPortPlain) so that no bond cell's flow matches one.
+func ppsPlainDown(n *testnet.Net) {
+	n.Try("cpe", "ip", "route", "del", "10.97.0.0/24", "via", "10.98.1.1", "dev", "up1")
+	n.Try("cpe", "nft", "delete", "table", "ip", "ppsplain")
+	n.Try("hub", "nft", "delete", "table", "ip", "ppsplain")
 }
 
 // ppsSocket opens a blocking UDP socket bound to port on all addresses of the calling
@@ -606,8 +671,10 @@ func takeCPUSample(b *testing.B, bd *bond, sent, received *atomic.Uint64) cpuSam
 	s.busy = user + nice + system + irq + softirq + steal
 	s.total = s.busy + idle + iowait
 	s.irqSI = irq + softirq
-	s.cpe = procJiffies(bd.cpe.Cmd.Process.Pid)
-	s.headend = procJiffies(bd.headend.Cmd.Process.Pid)
+	if bd.cpe != nil { // nil: the plain reference, no daemons
+		s.cpe = procJiffies(bd.cpe.Cmd.Process.Pid)
+		s.headend = procJiffies(bd.headend.Cmd.Process.Pid)
+	}
 	s.self = procJiffies(os.Getpid())
 	return s
 }
@@ -753,7 +820,8 @@ func ppsRatios(cells []ppsCell) []ppsRatio {
 	for _, load := range ppsLoads {
 		for _, dir := range []string{"up", "down"} {
 			for _, size := range ppsSizes {
-				out = append(out, ppsRatioOf(load, dir, size, find("fast", load, dir, size), find("slow", load, dir, size)))
+				out = append(out, ppsRatioOf(load, dir, size, find("fast", load, dir, size), find("slow", load, dir, size),
+					find("plain", load, dir, size)))
 			}
 		}
 	}
@@ -763,8 +831,9 @@ func ppsRatios(cells []ppsCell) []ppsRatio {
 // ppsRatioOf compares the fast and the slow cell of one load, direction and size. The
 // ratio is given only if the fast path really carried the fast cell's packets; the
 // target is judged on the forwarding basis (at equal paced load, the generator's and
-// sink's own CPU is the same in both cells and says nothing about the paths).
-func ppsRatioOf(load, dir string, size int, f, s *ppsCell) ppsRatio {
+// sink's own CPU is the same in both cells and says nothing about the paths). With a
+// plain cell of the same load (paced), it also compares what each path adds to it.
+func ppsRatioOf(load, dir string, size int, f, s, plain *ppsCell) ppsRatio {
 	r := ppsRatio{Load: load, Direction: dir, Size: size}
 	switch {
 	case f == nil || s == nil || !f.Measured || !s.Measured || f.PPSPerBusyCore == 0 || s.PPSPerBusyCore == 0:
@@ -780,6 +849,14 @@ func ppsRatioOf(load, dir string, size int, f, s *ppsCell) ppsRatio {
 			r.PerForwardingCore = &fwd
 			meets := fwd >= 5
 			r.MeetsTarget = &meets
+		}
+		if plain != nil && plain.Measured && plain.ForwardingCores > 0 {
+			fa, sa := f.ForwardingCores-plain.ForwardingCores, s.ForwardingCores-plain.ForwardingCores
+			r.FastAddedCores, r.SlowAddedCores = &fa, &sa
+			if fa > 0 && sa > 0 {
+				added := (f.DeliveredPPS / fa) / (s.DeliveredPPS / sa)
+				r.PerAddedCore = &added
+			}
 		}
 	}
 	return r
