@@ -130,7 +130,9 @@ func BenchmarkForwardingPPS(b *testing.B) {
 			res.Cells = append(res.Cells, c)
 		}
 	}
-	ppsPlainDown(n)
+	if err := ppsPlainDown(n); err != nil {
+		b.Fatalf("removing the plain routed reference: %v", err)
+	}
 
 	// The slow path before the fast one: the fast path is the one that may not come up,
 	// and a bond that does not (its daemons are left to the topology's teardown) must
@@ -511,30 +513,40 @@ func runPPSCell(b *testing.B, bd *bond, c *ppsCell, measure time.Duration) {
 // server-side address), so that a plain cell costs what a bond cell costs minus the
 // tunnel.
 func ppsPlainUp(n *testnet.Net) error {
-	for _, c := range []struct {
-		ns   string
-		args []string
-	}{
+	return runEach(n, []nsCommand{
 		{"cpe", []string{"sysctl", "-qw", "net.ipv4.ip_forward=1"}},
 		{"hub", []string{"sysctl", "-qw", "net.ipv4.ip_forward=1"}},
 		{"cpe", []string{"ip", "route", "add", "10.97.0.0/24", "via", "10.98.1.1", "dev", "up1"}},
 		{"cpe", []string{"nft", "add table ip ppsplain; add chain ip ppsplain post { type nat hook postrouting priority 100 ; } ; add rule ip ppsplain post oifname up1 masquerade"}},
 		{"hub", []string{"nft", "add table ip ppsplain; add chain ip ppsplain post { type nat hook postrouting priority 100 ; } ; add rule ip ppsplain post oifname wan0 masquerade"}},
-	} {
-		if out, err := n.Try(c.ns, c.args...); err != nil {
-			return fmt.Errorf("%s: %s: %v %s", c.ns, strings.Join(c.args, " "), err, out)
-		}
-	}
-	return nil
+	})
 }
 
 // ppsPlainDown undoes ppsPlainUp (forwarding stays on: the daemons turn it on anyway).
 // The plain cells' conntrack entries keep their NAT; the plain cells use their own ports
 // (ppsPortPlain) so that no bond cell's flow matches one.
-func ppsPlainDown(n *testnet.Net) {
-	n.Try("cpe", "ip", "route", "del", "10.97.0.0/24", "via", "10.98.1.1", "dev", "up1")
-	n.Try("cpe", "nft", "delete", "table", "ip", "ppsplain")
-	n.Try("hub", "nft", "delete", "table", "ip", "ppsplain")
+func ppsPlainDown(n *testnet.Net) error {
+	return runEach(n, []nsCommand{
+		{"cpe", []string{"ip", "route", "del", "10.97.0.0/24", "via", "10.98.1.1", "dev", "up1"}},
+		{"cpe", []string{"nft", "delete", "table", "ip", "ppsplain"}},
+		{"hub", []string{"nft", "delete", "table", "ip", "ppsplain"}},
+	})
+}
+
+// nsCommand is a command to run in one of the topology's namespaces.
+type nsCommand struct {
+	ns   string
+	args []string
+}
+
+// runEach runs cmds in order and stops at the first that fails.
+func runEach(n *testnet.Net, cmds []nsCommand) error {
+	for _, c := range cmds {
+		if out, err := n.Try(c.ns, c.args...); err != nil {
+			return fmt.Errorf("%s: %s: %v %s", c.ns, strings.Join(c.args, " "), err, out)
+		}
+	}
+	return nil
 }
 
 // ppsSocket opens a blocking UDP socket bound to port on all addresses of the calling
