@@ -69,6 +69,19 @@ type Reorder struct {
 	MaxBuffer Size `yaml:"max_buffer"`
 }
 
+// AQM sets the standing queue the bond tolerates before it drops at its entry (CoDel on
+// the queueing delay the peer measures on the links; userspace datapath only).
+type AQM struct {
+	// Target is the standing queue tolerated on every link that carries traffic.
+	Target time.Duration `yaml:"target"`
+	// MaxTarget bounds how far the target rises for a slow link: the earliest-arrival
+	// scheduler gives a link a full-size packet only once the others' queues are as long
+	// as that packet takes to pass it, so the target rises to the slowest usable primary
+	// link's one-packet time, but not beyond this. Lower it (down to Target) for lower
+	// latency under load; a link slower than that then carries little traffic.
+	MaxTarget time.Duration `yaml:"max_target"`
+}
+
 // Probe sets how often links are probed and when a silent one is declared down.
 type Probe struct {
 	// Interval between probes on each link, busy or idle.
@@ -122,7 +135,13 @@ const (
 	// Links whose RTT is long get more time (see tunnel's checkHealth).
 	defaultDownAfter     = 600 * time.Millisecond
 	defaultMetricsListen = "127.0.0.1:9469"
+	defaultAQMTarget     = 10 * time.Millisecond
+	defaultAQMMaxTarget  = 100 * time.Millisecond
+	minAQMTarget         = time.Millisecond
+	maxAQMTarget         = time.Second
 )
+
+func defaultAQM() AQM { return AQM{Target: defaultAQMTarget, MaxTarget: defaultAQMMaxTarget} }
 
 func defaultReorder() Reorder { return Reorder{MaxHold: defaultMaxHold, MaxBuffer: defaultMaxBuffer} }
 func defaultProbe() Probe {
@@ -159,6 +178,16 @@ func (c *collector) checkReorder(r Reorder) {
 	}
 	if r.MaxBuffer < minMaxBuffer || r.MaxBuffer > maxMaxBuffer {
 		c.add("reorder.max_buffer", "%s is out of range %s..%s", r.MaxBuffer, Size(minMaxBuffer), Size(maxMaxBuffer))
+	}
+}
+
+func (c *collector) checkAQM(a AQM) {
+	if a.Target < minAQMTarget || a.Target > maxAQMTarget {
+		c.add("aqm.target", "%s is out of range %s..%s", a.Target, minAQMTarget, maxAQMTarget)
+		return
+	}
+	if a.MaxTarget < a.Target || a.MaxTarget > maxAQMTarget {
+		c.add("aqm.max_target", "%s is out of range %s (aqm.target)..%s", a.MaxTarget, a.Target, maxAQMTarget)
 	}
 }
 

@@ -21,6 +21,8 @@ type CPE struct {
 	Reorder Reorder `yaml:"reorder"`
 	// Probe sets link probing and failure detection.
 	Probe Probe `yaml:"probe"`
+	// AQM bounds the standing queue of upstream traffic.
+	AQM AQM `yaml:"aqm"`
 	// RekeyInterval is how often the CPE runs a new handshake for fresh session keys.
 	RekeyInterval time.Duration `yaml:"rekey_interval"`
 	// Metrics configures the Prometheus endpoint.
@@ -127,6 +129,7 @@ func DefaultCPE() *CPE {
 		},
 		Reorder:       defaultReorder(),
 		Probe:         defaultProbe(),
+		AQM:           defaultAQM(),
 		RekeyInterval: defaultRekeyInterval,
 		Metrics:       defaultMetrics(),
 		Log:           defaultLog(),
@@ -176,6 +179,7 @@ func (c *collector) checkCPE(cfg *CPE, opts Options) {
 	c.checkUplinks(cfg.Uplinks, cfg.Tunnel, opts.interfaceExists())
 	c.checkReorder(cfg.Reorder)
 	c.checkProbe(cfg.Probe)
+	c.checkAQM(cfg.AQM)
 	c.checkBPF(cfg.BPF)
 	c.checkFallback(cfg.Fallback, cfg.Probe)
 	if cfg.RekeyInterval < minRekeyInterval || cfg.RekeyInterval > maxRekeyInterval {

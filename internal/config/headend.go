@@ -22,6 +22,8 @@ type Headend struct {
 	Reorder Reorder `yaml:"reorder"`
 	// Probe sets link probing and failure detection.
 	Probe Probe `yaml:"probe"`
+	// AQM bounds the standing queue of downstream traffic.
+	AQM AQM `yaml:"aqm"`
 	// Metrics configures the Prometheus endpoint.
 	Metrics Metrics `yaml:"metrics"`
 	// Log configures logging.
@@ -74,6 +76,7 @@ func DefaultHeadend() *Headend {
 		NAT:     NAT{Enabled: true},
 		Reorder: defaultReorder(),
 		Probe:   defaultProbe(),
+		AQM:     defaultAQM(),
 		Metrics: defaultMetrics(),
 		Log:     defaultLog(),
 		BPF:     defaultBPF(),
@@ -126,6 +129,7 @@ func (c *collector) checkHeadend(cfg *Headend, opts Options) {
 	c.checkPeers(cfg.Peers, cfg.Tunnel.Address)
 	c.checkReorder(cfg.Reorder)
 	c.checkProbe(cfg.Probe)
+	c.checkAQM(cfg.AQM)
 	c.checkBPF(cfg.BPF)
 }
 

@@ -89,7 +89,7 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	if err != nil {
 		return err
 	}
-	session := sessionConfig("headend", cfg.Reorder, cfg.Probe)
+	session := sessionConfig("headend", cfg.Reorder, cfg.Probe, cfg.AQM)
 	var localPort uint16
 	if cfg.BPF.Enabled && !opts.NoBPF {
 		ifaces := make([]string, 0, len(uplinks))
@@ -169,7 +169,7 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	if err != nil {
 		return err
 	}
-	session := sessionConfig("", cfg.Reorder, cfg.Probe)
+	session := sessionConfig("", cfg.Reorder, cfg.Probe, cfg.AQM)
 	if cfg.BPF.Enabled && !opts.NoBPF {
 		if sh := startShield(log, cfg.Listen.Port(), shieldInterfaces(dev.Name()), m.Registry, host.keep.dir); sh != nil {
 			defer sh.close()
@@ -208,11 +208,11 @@ func tryFastPath(log *slog.Logger, wanted bool, port uint16, tunName string, mtu
 	return fp
 }
 
-func sessionConfig(peer string, r config.Reorder, p config.Probe) tunnel.SessionConfig {
+func sessionConfig(peer string, r config.Reorder, p config.Probe, a config.AQM) tunnel.SessionConfig {
 	return tunnel.SessionConfig{
 		Peer: peer, MaxHold: r.MaxHold, MaxBuffer: int(r.MaxBuffer),
 		Probe: p.Interval, DownAfter: p.DownAfter,
-		AQMTarget: tunnel.DefaultAQMTarget,
+		AQMTarget: a.Target, AQMMaxTarget: a.MaxTarget,
 	}
 }
 

@@ -20,13 +20,22 @@ func TestAQMTargetCoversTheSlowestLink(t *testing.T) {
 	}{
 		{"fast links: the configured target", []sched.LinkParams{link(10e6, true, sched.ClassPrimary), link(30e6, true, sched.ClassPrimary)}, 10 * time.Millisecond},
 		{"a 0.2 Mbit/s ADSL upstream: 60 ms", []sched.LinkParams{link(0.2e6, true, sched.ClassPrimary), link(1.5e6, true, sched.ClassPrimary)}, 60 * time.Millisecond},
-		{"slower than 120 kbit/s: capped", []sched.LinkParams{link(50e3, true, sched.ClassPrimary)}, maxAQMTarget},
+		{"slower than 120 kbit/s: capped", []sched.LinkParams{link(50e3, true, sched.ClassPrimary)}, 100 * time.Millisecond},
 		{"a slow link that is down does not count", []sched.LinkParams{link(0.2e6, false, sched.ClassPrimary), link(10e6, true, sched.ClassPrimary)}, 10 * time.Millisecond},
 		{"nor a slow overflow link", []sched.LinkParams{link(0.2e6, true, sched.ClassOverflow), link(10e6, true, sched.ClassPrimary)}, 10 * time.Millisecond},
 	}
 	for _, c := range cases {
-		if got := aqmTarget(10*time.Millisecond, c.links); got != c.want {
+		if got := aqmTarget(10*time.Millisecond, 100*time.Millisecond, c.links); got != c.want {
 			t.Errorf("%s: target %s, want %s", c.name, got, c.want)
+		}
+	}
+	// A lower ceiling (aqm.max_target) keeps the latency: the ADSL upstream's 60 ms is
+	// cut to it, and a ceiling at the target keeps the target.
+	adsl := []sched.LinkParams{link(0.2e6, true, sched.ClassPrimary), link(1.5e6, true, sched.ClassPrimary)}
+	for _, c := range []struct{ ceiling, want time.Duration }{{30 * time.Millisecond, 30 * time.Millisecond},
+		{10 * time.Millisecond, 10 * time.Millisecond}, {0, 10 * time.Millisecond}} {
+		if got := aqmTarget(10*time.Millisecond, c.ceiling, adsl); got != c.want {
+			t.Errorf("ceiling %s: target %s, want %s", c.ceiling, got, c.want)
 		}
 	}
 }

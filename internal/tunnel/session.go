@@ -26,7 +26,10 @@ type SessionConfig struct {
 	DownAfter time.Duration // a link with no probe reply for this long leaves the schedule
 	// AQMTarget, when set, is the standing queue (on every link carrying traffic)
 	// above which the bond drops at its entry, CoDel-style (internal/aqm).
-	AQMTarget time.Duration
+	// AQMMaxTarget is how far it may rise for a slow link (aqmTarget); below
+	// AQMTarget (zero, say), it does not rise.
+	AQMTarget    time.Duration
+	AQMMaxTarget time.Duration
 	// Keys, when set, is told every session's receive keys, so that the XDP shield can
 	// verify tags before the daemon sees the packets.
 	Keys KeyObserver
@@ -35,11 +38,6 @@ type SessionConfig struct {
 	FastPath FastPath
 	Routes   []netip.Prefix
 }
-
-// DefaultAQMTarget is the bond's standing-queue target: a few milliseconds above the
-// queue the estimators aim for, so that the split is settled by the estimators and only
-// a queue the sender keeps on every link is dropped against.
-const DefaultAQMTarget = 10 * time.Millisecond
 
 // sendStall is how long a write to a link's socket may take before the time counts as
 // blocked by a full local queue (an unblocked UDP write takes microseconds).
@@ -304,7 +302,7 @@ func (s *Session) refreshSchedule() {
 	s.txMu.Lock()
 	s.sched.SetLinks(params)
 	if s.aqm != nil {
-		s.aqm.SetTarget(int64(aqmTarget(s.cfg.AQMTarget, params)))
+		s.aqm.SetTarget(int64(aqmTarget(s.cfg.AQMTarget, s.cfg.AQMMaxTarget, params)))
 	}
 	s.txMu.Unlock()
 	if s.fp != nil {
@@ -314,26 +312,23 @@ func (s *Session) refreshSchedule() {
 
 // aqmTarget is the standing queue the bond's entry tolerates: the configured target,
 // or, if longer, the time the slowest usable primary link takes to pass one full-size
-// packet (capped at maxAQMTarget). The earliest-arrival scheduler gives such a link a
-// packet only when the other links' queues are that long: a bond that dropped at a
-// shorter queue would leave the link unused (a scaled ADSL upstream, 67 ms per packet,
+// packet, up to ceiling (aqm.max_target). The earliest-arrival scheduler gives such a
+// link a packet only when the other links' queues are that long: a bond that dropped at
+// a shorter queue would leave the link unused (a scaled ADSL upstream, 67 ms per packet,
 // idled through most of a CUBIC transfer in the lab while the bond dropped at 10 ms).
-func aqmTarget(configured time.Duration, links []sched.LinkParams) time.Duration {
+// The price is that every packet through the bond may wait that long: the ceiling is
+// the user's latency budget.
+func aqmTarget(configured, ceiling time.Duration, links []sched.LinkParams) time.Duration {
 	t := configured
 	for _, p := range links {
 		if p.Usable && p.Class == sched.ClassPrimary && p.RateBps > 0 {
 			t = max(t, time.Duration(fullPacketBits/p.RateBps*float64(time.Second)))
 		}
 	}
-	return min(t, max(configured, maxAQMTarget))
+	return min(t, max(configured, ceiling))
 }
 
-const (
-	fullPacketBits = 1500 * 8
-	// maxAQMTarget: a link slower than a full packet per this long is not worth the
-	// bond's queueing for it (about 120 kbit/s).
-	maxAQMTarget = 100 * time.Millisecond
-)
+const fullPacketBits = 1500 * 8
 
 // programFastPath hands the kernel the session's transmit side: keys, and each link's
 // addresses, state, class, rate and base delay as the scheduler has them.
