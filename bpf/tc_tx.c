@@ -44,6 +44,7 @@
 #include "aggd_auth.h"
 #include "aggd_fastpath.h"
 #include "aggd_sched.h"
+#include "aggd_aqm.h"
 #include "aggd_encap.h"
 
 #define AGGD_AF_INET 2 /* AF_INET, which no uapi header reachable here defines */
@@ -313,7 +314,7 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	struct aggd_encap_args args = {};
 	__u32 slot, inner_len, seq = 0, seq_a = 0, seq_d = 0;
 	__u64 now;
-	int best, dup = -1, sent_copy = 0;
+	int best, dup = -1, sent_copy = 0, drop;
 	long ret;
 
 	if (tx_route_key(skb, l2, &key))
@@ -357,7 +358,12 @@ int aggd_tc_tx(struct __sk_buff *skb)
 #pragma unroll
 	for (int i = 0; i < AGGD_FP_MAX_LINKS; i++)
 		snap.backlog_end_ns[i] = sched->backlog_end_ns[i];
+	drop = aggd_aqm_drop(&sched->aqm_next_us, sess->aqm_gap_us, (__u32)(now / 1000));
 	bpf_spin_unlock(&sched->lock);
+	if (drop) {
+		tx_count(AGGD_FP_TX_AQM_DROP);
+		return TC_ACT_SHOT;
+	}
 
 	if (tx_schedule(sess, &snap, &c, inner_len + AGGD_OVERHEAD, now) || c.link < 0)
 		return tx_slow(AGGD_FP_TX_NO_LINK);

@@ -84,7 +84,7 @@ struct aggd_fp_tx_session {
 	__u8 nlinks;        /* links[0 .. nlinks-1] are looked at */
 	__u16 mtu;          /* largest inner packet the fast path sends; larger non-GSO ones go slow */
 	__u8 key[16];       /* SipHash send key, layout as aggd_rx_key.key */
-	__u32 pad;
+	__u32 aqm_gap_us;   /* the daemon's CoDel drop spacing, 0: not dropping (aggd_aqm.h) */
 	struct aggd_fp_tx_link links[AGGD_FP_MAX_LINKS];
 };
 
@@ -100,7 +100,7 @@ struct aggd_fp_tx_seq {
  * BPF only. */
 struct aggd_fp_tx_sched {
 	struct bpf_spin_lock lock;
-	__u32 pad;
+	__u32 aqm_next_us; /* when the next AQM drop is due (aggd_aqm.h), 0: none scheduled */
 	__u64 backlog_end_ns[AGGD_FP_MAX_LINKS]; /* when the link's virtual queue drains */
 };
 
@@ -126,6 +126,7 @@ enum aggd_fp_tx_verdict {
 	AGGD_FP_TX_NO_LINK = 6,     /* no usable link */
 	AGGD_FP_TX_NO_NEIGH = 7,    /* chosen link's gateway not resolved */
 	AGGD_FP_TX_ENCAP_FAILED = 8,/* a helper refused (room, headroom) */
+	AGGD_FP_TX_AQM_DROP = 9,    /* dropped by the bond's AQM (aggd_aqm.h) */
 	AGGD_FP_TX__COUNT,
 };
 

@@ -72,6 +72,28 @@ func (c *Codel) Drop(now, queue int64) bool {
 	return true
 }
 
+// Spacing is Drop for a dropper that does not see the packets: the kernel fast path
+// sends them, and drops one when a spacing is first set and then one per spacing
+// (bpf/include/aggd_aqm.h). Called now and then (every feedback period) with the
+// bond's standing queue, it returns the spacing between drops from now on, or 0 when
+// the bond is not to drop. It counts every drop it scheduled up to now as made: exact
+// while packets come at least as often as drops are due, which is the case while a
+// sender keeps a queue, and otherwise a little quicker to drop than CoDel.
+func (c *Codel) Spacing(now, queue int64) int64 {
+	if !c.Drop(now, queue) && !c.dropping {
+		return 0
+	}
+	for i := 0; c.dropNext <= now && i < maxCatchUp; i++ {
+		c.count++
+		c.dropNext = c.next(c.dropNext)
+	}
+	return c.next(0)
+}
+
+// maxCatchUp bounds Spacing's catching up with the drops due since its last call (at
+// a 100-ms feedback period that is a spacing of 0.1 ms, a count of a million).
+const maxCatchUp = 1000
+
 func (c *Codel) next(from int64) int64 {
 	return from + int64(float64(c.interval)/math.Sqrt(float64(c.count)))
 }

@@ -43,6 +43,33 @@ func TestDropRateRisesWhileQueueStays(t *testing.T) {
 	}
 }
 
+// The kernel fast path's schedule: no spacing until the queue has been above target for
+// an interval, then interval/√count, shrinking as the drops due are counted, and 0 as
+// soon as the queue is below target.
+func TestSpacingFollowsCoDel(t *testing.T) {
+	c := New(10*ms, 100*ms)
+	if g := c.Spacing(0, 50*ms); g != 0 {
+		t.Errorf("queue just above target: spacing %d, want 0", g)
+	}
+	if g := c.Spacing(50*ms, 50*ms); g != 0 {
+		t.Errorf("above target for half an interval: spacing %d, want 0", g)
+	}
+	if g := c.Spacing(100*ms, 50*ms); g != 100*ms {
+		t.Errorf("above target for an interval: spacing %d, want the interval (count 1)", g)
+	}
+	// A second later, as many drops as were due: 100 ms, 70.7 ms, 57.7 ms, ...
+	g := c.Spacing(1100*ms, 50*ms)
+	if g <= 0 || g >= 40*ms {
+		t.Errorf("a second later: spacing %.1f ms, want below 40 ms (count grown)", float64(g)/float64(ms))
+	}
+	if c.count < 5 {
+		t.Errorf("count %d after a second of dropping, want the drops due counted", c.count)
+	}
+	if g := c.Spacing(1200*ms, 5*ms); g != 0 {
+		t.Errorf("queue below target: spacing %d, want 0", g)
+	}
+}
+
 // The queue falling below target ends dropping at once.
 func TestQueueBelowTargetStopsDropping(t *testing.T) {
 	c := New(10*ms, 100*ms)

@@ -27,7 +27,7 @@ const (
 // aggd_fp_tx_verdict: "fast" for packets it encapsulated and sent, the others
 // for packets it handed to the slow path (the daemon reads them from agg0).
 // LoadTx checks this list against the enum compiled into the object.
-var TxVerdicts = []string{"fast", "not_ip", "no_route", "disabled", "gso", "oversize", "no_link", "no_neigh", "encap_failed"}
+var TxVerdicts = []string{"fast", "not_ip", "no_route", "disabled", "gso", "oversize", "no_link", "no_neigh", "encap_failed", "aqm_drop"}
 
 // TxLinkState is a link's state as the fast path's scheduler sees it.
 type TxLinkState uint8
@@ -82,6 +82,10 @@ type TxSession struct {
 	// MTU is the largest inner packet the fast path sends; longer non-GSO
 	// packets go to the slow path (verdict oversize). 0 to 65535.
 	MTU int
+	// AQMGap is the bond's AQM drop spacing while it drops (bpf/include/aggd_aqm.h):
+	// the kernel drops one packet, then one each AQMGap; 0: no dropping. Whole
+	// microseconds, at most about 71 minutes.
+	AQMGap time.Duration
 	// Links[i] is link slot i (the index TxSeq.TakeLink and LinkCounts use).
 	Links []TxLink
 }
@@ -211,6 +215,13 @@ func txSessionValue(s TxSession) (fptxAggdFpTxSession, error) {
 	v.Nlinks = uint8(len(s.Links))
 	v.Mtu = uint16(s.MTU)
 	v.Key = s.Key
+	if s.AQMGap < 0 || s.AQMGap/time.Microsecond > 1<<31-1 {
+		return v, fmt.Errorf("aqm gap %s out of range (0 to 35 minutes)", s.AQMGap)
+	}
+	v.AqmGapUs = uint32(s.AQMGap / time.Microsecond)
+	if s.AQMGap > 0 && v.AqmGapUs == 0 {
+		v.AqmGapUs = 1
+	}
 	for i, l := range s.Links {
 		if l.Ifindex == 0 {
 			continue // unused slot

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -457,6 +458,51 @@ func TestTxVerdicts(t *testing.T) {
 
 // pickLinks runs n equal packets and returns how many each link id got
 // (from the headers the program wrote).
+// The bond's AQM on the fast path: with a drop spacing set, the first packet is
+// dropped and the next ones pass until the spacing has passed; a spacing of 0 stops the
+// drops and forgets the schedule, so the next spacing drops at once again.
+func TestTxAQMDrops(t *testing.T) {
+	tx := loadTxT(t)
+	base := TxSession{Enabled: true, PeerIndex: 1, KeyID: 1, Key: testKey, MTU: 1400, Links: []TxLink{l3Link(0, 10e6)}}
+	setTxSession(t, tx, 1, base)
+	setTxRoute(t, tx, "10.1.0.0/16", 1)
+	frame := frameOf(inner4(netip.MustParseAddr("10.1.2.3"), 200))
+	send := func(n int) (dropped []int, counted uint64) {
+		t.Helper()
+		before := txVerdicts(t, tx)
+		for i := range n {
+			switch ret, _ := runTx(t, tx, frame, nil); ret {
+			case tcActShot:
+				dropped = append(dropped, i)
+			case tcActRedirect:
+			default:
+				t.Fatalf("packet %d: verdict %d", i, ret)
+			}
+		}
+		return dropped, statsDelta(before, txVerdicts(t, tx))["aqm_drop"]
+	}
+	if d, n := send(5); len(d) != 0 || n != 0 {
+		t.Errorf("no spacing: dropped %v (counted %d), want none", d, n)
+	}
+	dropping := base
+	dropping.AQMGap = time.Minute // far longer than this test: one drop, then none
+	setTxSession(t, tx, 1, dropping)
+	if d, n := send(5); !slices.Equal(d, []int{0}) || n != 1 {
+		t.Errorf("spacing 1m: dropped %v (counted %d), want the first packet only", d, n)
+	}
+	if d, _ := send(5); len(d) != 0 {
+		t.Errorf("spacing 1m, later: dropped %v, want none before the minute is up", d)
+	}
+	setTxSession(t, tx, 1, base)
+	if d, _ := send(3); len(d) != 0 {
+		t.Errorf("spacing back to 0: dropped %v, want none", d)
+	}
+	setTxSession(t, tx, 1, dropping)
+	if d, _ := send(3); !slices.Equal(d, []int{0}) {
+		t.Errorf("dropping again: dropped %v, want the first packet (the old schedule forgotten)", d)
+	}
+}
+
 func pickLinks(t *testing.T, tx *Tx, dst netip.Addr, n, size int) map[uint8]int {
 	t.Helper()
 	got := map[uint8]int{}
@@ -784,6 +830,8 @@ func TestTxSetSessionErrors(t *testing.T) {
 		{"slot out of range", MaxTxSessions, TxSession{}},
 		{"too many links", 0, TxSession{Links: make([]TxLink, MaxTxLinks+1)}},
 		{"mtu", 0, TxSession{MTU: 70000}},
+		{"negative aqm gap", 0, TxSession{AQMGap: -time.Millisecond}},
+		{"aqm gap beyond 35 minutes", 0, TxSession{AQMGap: time.Hour}},
 		{"IPv6 outer", 0, TxSession{Links: []TxLink{six}}},
 		{"port 0", 0, TxSession{Links: []TxLink{noPort}}},
 		{"state", 0, TxSession{Links: []TxLink{badState}}},

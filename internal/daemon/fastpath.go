@@ -252,7 +252,7 @@ func (s *fpSession) slotOf(id uint8) int {
 // hop and writes the session's transmit entry; the first complete one also routes the
 // session's inner prefixes into the fast path.
 func (s *fpSession) Program(st tunnel.TxState) {
-	ts := bpf.TxSession{Enabled: true, PeerIndex: st.PeerIndex, KeyID: st.KeyID, Key: st.Key, MTU: s.f.mtu}
+	ts := bpf.TxSession{Enabled: true, PeerIndex: st.PeerIndex, KeyID: st.KeyID, Key: st.Key, MTU: s.f.mtu, AQMGap: st.AQMGap}
 	for _, l := range st.Links {
 		i := s.slotOf(l.ID)
 		if i >= bpf.MaxTxLinks {

@@ -59,6 +59,9 @@ type TxState struct {
 	KeyID     uint8
 	Key       [16]byte
 	Links     []TxLink
+	// AQMGap is the spacing between the bond's AQM drops while it drops, 0 otherwise
+	// (aqm.Codel.Spacing).
+	AQMGap time.Duration
 }
 
 // TxLink is one link of a session's transmit side.

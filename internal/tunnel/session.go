@@ -79,6 +79,8 @@ type Session struct {
 	txCtrl   atomic.Uint64
 	schedDue atomic.Bool
 	aqm      *aqm.Codel // nil: no dropping at the entry; guarded by txMu
+	// fpAQM schedules the kernel fast path's drops (Codel.Spacing); guarded by txMu.
+	fpAQM *aqm.Codel
 	// bondQueue is the least queueing delay (ns) among the links that carried traffic
 	// in the peer's last report period: the bond's standing queue.
 	bondQueue atomic.Int64
@@ -128,6 +130,9 @@ func newSession(cfg SessionConfig, m *metrics.Set, log *slog.Logger, localIndex 
 	}
 	if cfg.FastPath != nil {
 		s.fp = cfg.FastPath.OpenSession(localIndex, cfg.Routes)
+	}
+	if s.fp != nil && cfg.AQMTarget > 0 {
+		s.fpAQM = aqm.New(int64(cfg.AQMTarget), int64(aqmInterval))
 	}
 	s.holdTimer = time.AfterFunc(time.Hour, s.onHoldTimer)
 	s.holdTimer.Stop()
@@ -299,14 +304,20 @@ func (s *Session) refreshSchedule() {
 		}
 		params = append(params, p)
 	}
+	var gap time.Duration
 	s.txMu.Lock()
 	s.sched.SetLinks(params)
 	if s.aqm != nil {
-		s.aqm.SetTarget(int64(aqmTarget(s.cfg.AQMTarget, s.cfg.AQMMaxTarget, params)))
+		target := int64(aqmTarget(s.cfg.AQMTarget, s.cfg.AQMMaxTarget, params))
+		s.aqm.SetTarget(target)
+		if s.fpAQM != nil {
+			s.fpAQM.SetTarget(target)
+			gap = time.Duration(s.fpAQM.Spacing(clock.Nanos(), s.bondQueue.Load()))
+		}
 	}
 	s.txMu.Unlock()
 	if s.fp != nil {
-		s.programFastPath(links, params)
+		s.programFastPath(links, params, gap)
 	}
 }
 
@@ -332,12 +343,12 @@ const fullPacketBits = 1500 * 8
 
 // programFastPath hands the kernel the session's transmit side: keys, and each link's
 // addresses, state, class, rate and base delay as the scheduler has them.
-func (s *Session) programFastPath(links []*link, params []sched.LinkParams) {
+func (s *Session) programFastPath(links []*link, params []sched.LinkParams, aqmGap time.Duration) {
 	k := s.keys.sending()
 	if k == nil {
 		return
 	}
-	st := TxState{PeerIndex: s.peerIndex.Load(), KeyID: k.id, Key: k.send}
+	st := TxState{PeerIndex: s.peerIndex.Load(), KeyID: k.id, Key: k.send, AQMGap: aqmGap}
 	for i, l := range links {
 		p := params[i]
 		tl := TxLink{
