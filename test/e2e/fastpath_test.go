@@ -144,7 +144,8 @@ func TestFastPathCarriesTraffic(t *testing.T) {
 			after := b.verdictCounts(t, ns)
 			for _, d := range []string{"tx", "rx"} {
 				share, total := fastShare(before[ns][d], after[d])
-				t.Logf("  TCP %s: %s %s fast path share %.3f of %.0f data packets", dir.name, ns, d, share, total)
+				t.Logf("  TCP %s: %s %s fast path share %.3f of %.0f data packets (aqm_drop %.0f)", dir.name, ns, d, share, total,
+					after[d]["aqm_drop"]-before[ns][d]["aqm_drop"])
 			}
 		}
 	}
