@@ -46,6 +46,7 @@ type Set struct {
 	LatePackets    *prometheus.CounterVec
 	ReorderSkips   *prometheus.CounterVec
 	AQMDrops       *prometheus.CounterVec
+	SocketDrops    *prometheus.CounterVec
 	Drops          *prometheus.CounterVec
 	TunnelTxPacket *prometheus.CounterVec
 
@@ -79,14 +80,16 @@ func New() *Set {
 		Sessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "aggd", Name: "sessions", Help: "Established sessions.",
 		}),
-		Handshakes:     counterVec("session_handshakes_total", "Completed handshakes (initial and rekey).", []string{"peer", "result"}),
-		ReorderHeld:    counterVec("reorder_held_packets_total", "Packets held by the resequencer because an earlier one was missing.", []string{"peer"}),
-		ReorderLost:    counterVec("reorder_lost_packets_total", "Sequence numbers the resequencer gave up waiting for.", []string{"peer"}),
-		Duplicates:     counterVec("reorder_duplicate_packets_total", "Duplicate packets dropped by the resequencer.", []string{"peer"}),
-		LatePackets:    counterVec("reorder_late_packets_total", "Packets that arrived after the resequencer had given up on them.", []string{"peer"}),
-		ReorderSkips:   counterVec("reorder_overflow_skips_total", "Gaps skipped because the reorder buffer reached its memory cap.", []string{"peer"}),
-		AQMDrops:       counterVec("aqm_drops_total", "Packets dropped at the bond's entry because every link carrying traffic kept a standing queue above the target (CoDel), so that senders slow down.", []string{"peer"}),
-		Drops:          counterVec("drops_total", "Received packets dropped, by reason.", []string{"reason"}),
+		Handshakes:   counterVec("session_handshakes_total", "Completed handshakes (initial and rekey).", []string{"peer", "result"}),
+		ReorderHeld:  counterVec("reorder_held_packets_total", "Packets held by the resequencer because an earlier one was missing.", []string{"peer"}),
+		ReorderLost:  counterVec("reorder_lost_packets_total", "Sequence numbers the resequencer gave up waiting for.", []string{"peer"}),
+		Duplicates:   counterVec("reorder_duplicate_packets_total", "Duplicate packets dropped by the resequencer.", []string{"peer"}),
+		LatePackets:  counterVec("reorder_late_packets_total", "Packets that arrived after the resequencer had given up on them.", []string{"peer"}),
+		ReorderSkips: counterVec("reorder_overflow_skips_total", "Gaps skipped because the reorder buffer reached its memory cap.", []string{"peer"}),
+		AQMDrops:     counterVec("aqm_drops_total", "Packets dropped at the bond's entry because every link carrying traffic kept a standing queue above the target (CoDel), so that senders slow down.", []string{"peer"}),
+		Drops:        counterVec("drops_total", "Received packets dropped, by reason.", []string{"reason"}),
+		SocketDrops: counterVec("socket_receive_drops_total", "Datagrams the kernel dropped before aggd read them because a tunnel "+
+			"socket's receive buffer was full (SO_RXQ_OVFL): aggd could not keep up.", []string{"socket"}),
 		TunnelTxPacket: counterVec("tunnel_transmit_packets_total", "Inner packets taken from the tunnel interface, by outcome.", []string{"outcome"}),
 		ReorderHold:    counterVec("reorder_hold_seconds_total", "Total time held packets waited in the resequencer (divide by reorder_held_packets_total for the mean).", []string{"peer"}),
 	}
@@ -108,7 +111,7 @@ func New() *Set {
 		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkDuplicate,
 		s.LinkCapacity, s.LinkQueueDelay,
 		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderLost,
-		s.Duplicates, s.LatePackets, s.ReorderSkips, s.AQMDrops, s.Drops, s.TunnelTxPacket, build,
+		s.Duplicates, s.LatePackets, s.ReorderSkips, s.AQMDrops, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
 		s.LossNoticeSent, s.LossNoticeReceived, s.UplinkEvents, s.FallbackDirect, s.FallbackTransitions,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

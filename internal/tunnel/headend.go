@@ -135,7 +135,7 @@ func (h *Headend) route(buf []byte) bool {
 }
 
 func (h *Headend) readSocket(ctx context.Context) {
-	readLoop(ctx, h.conn, h.log, h.onDatagram)
+	readLoop(ctx, h.conn, h.log, h.m.SocketDrops.WithLabelValues("listen"), h.onDatagram)
 }
 
 func (h *Headend) onDatagram(pkt []byte, from netip.AddrPort, rxStamp int64) {

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	"github.com/aggd/aggd/internal/clock"
@@ -45,6 +46,8 @@ func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
 			// Kernel receive timestamps (see readLoop); without them the daemon's own
 			// time stands in.
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
+			// The socket's drop count with each datagram (readLoop counts overflows).
+			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
 		})
 		if err != nil {
 			return err
@@ -63,16 +66,20 @@ func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
 }
 
 // readLoop hands every datagram arriving on conn to handle until the socket is closed,
-// with the kernel's receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME ns; 0 if none).
+// with the kernel's receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME ns; 0 if none),
+// and adds what the kernel dropped for a full receive buffer to drops (SO_RXQ_OVFL: the
+// socket's drop count so far comes with each datagram once it is not 0).
 // Probe trains are timed by it (train.go): the daemon's own reading time shows its
 // scheduling, not the link (on a loaded machine a 60 Mbit/s link's train, read in
 // bursts, looked like 300-600 Mbit/s). It stays a raw stamp here, on the per-packet
 // path; rxMonotonic converts it for the few packets that use it. One-way delays still
 // use the daemon's time: with the kernel's, the lab showed a steady 10 ms "queue" on
 // one link that nothing else showed (d1fa18a), not understood.
-func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, handle func(pkt []byte, from netip.AddrPort, rxStamp int64)) {
+func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, drops prometheus.Counter,
+	handle func(pkt []byte, from netip.AddrPort, rxStamp int64)) {
 	buf := make([]byte, 65536)
-	oob := make([]byte, unix.CmsgSpace(timespecLen))
+	oob := make([]byte, unix.CmsgSpace(timespecLen)+unix.CmsgSpace(4))
+	var dropped uint32
 	for {
 		n, oobn, _, from, err := conn.ReadMsgUDPAddrPort(buf, oob)
 		if err != nil {
@@ -82,23 +89,43 @@ func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, handle f
 			log.Warn("socket read failed", "err", err)
 			continue
 		}
-		handle(buf[:n], from, kernelRxStamp(oob[:oobn]))
+		stamp, total := socketControl(oob[:oobn])
+		if total != dropped {
+			drops.Add(float64(total - dropped)) // wraps like the kernel's counter
+			dropped = total
+		}
+		handle(buf[:n], from, stamp)
 	}
 }
 
 // timespecLen is the size of SO_TIMESTAMPNS's payload on this architecture.
 const timespecLen = int(unsafe.Sizeof(unix.Timespec{}))
 
-// kernelRxStamp reads an SO_TIMESTAMPNS control message: CLOCK_REALTIME ns, 0 without one.
-func kernelRxStamp(oob []byte) int64 {
-	if len(oob) < unix.CmsgLen(timespecLen) {
-		return 0
+// socketControl reads a datagram's control messages: the SO_TIMESTAMPNS receive stamp
+// (CLOCK_REALTIME ns, 0 without one) and the SO_RXQ_OVFL drop count (0 without one).
+// No allocation: it walks the buffer in place.
+func socketControl(oob []byte) (stamp int64, drops uint32) {
+	for len(oob) >= unix.CmsgLen(0) {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		n := int(h.Len)
+		if n < unix.CmsgLen(0) || n > len(oob) {
+			return stamp, drops
+		}
+		data := oob[unix.CmsgLen(0):n]
+		switch {
+		case h.Level != unix.SOL_SOCKET:
+		case h.Type == unix.SO_TIMESTAMPNS && len(data) >= timespecLen:
+			stamp = (*unix.Timespec)(unsafe.Pointer(&data[0])).Nano()
+		case h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
+			drops = *(*uint32)(unsafe.Pointer(&data[0]))
+		}
+		next := unix.CmsgSpace(n - unix.CmsgLen(0))
+		if next > len(oob) {
+			return stamp, drops
+		}
+		oob = oob[next:]
 	}
-	h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
-	if h.Level != unix.SOL_SOCKET || h.Type != unix.SO_TIMESTAMPNS || int(h.Len) < unix.CmsgLen(timespecLen) {
-		return 0
-	}
-	return (*unix.Timespec)(unsafe.Pointer(&oob[unix.CmsgLen(0)])).Nano()
+	return stamp, drops
 }
 
 // rxMonotonic turns a kernel receive stamp into CLOCK_MONOTONIC ns, by how long ago it

@@ -77,10 +77,12 @@ func (u *uplinkConn) offline() (bool, string) {
 // readUplink reads uplink id's socket until ctx ends, moving to the new socket when
 // the uplink is re-bound.
 func (c *CPE) readUplink(ctx context.Context, id int) {
-	log := c.log.With("link", c.cfg.Uplinks[id].Spec.Name)
+	name := c.cfg.Uplinks[id].Spec.Name
+	log := c.log.With("link", name)
+	drops := c.m.SocketDrops.WithLabelValues(name)
 	for {
 		conn, replaced := c.conns[id].current()
-		readLoop(ctx, conn, log, c.onDatagram)
+		readLoop(ctx, conn, log, drops, c.onDatagram)
 		select {
 		case <-ctx.Done():
 			return

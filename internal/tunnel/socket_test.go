@@ -1,0 +1,125 @@
+package tunnel
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"golang.org/x/sys/unix"
+)
+
+// A socket whose receive buffer overflows: readLoop counts what the kernel dropped
+// (SO_RXQ_OVFL), and still hands over every datagram with its kernel stamp.
+func TestReadLoopCountsSocketDrops(t *testing.T) {
+	conn, err := listenUDP(netip.MustParseAddrPort("127.0.0.1:0"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The smallest buffer the kernel allows, so that a burst overflows it.
+	if err := raw.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 1) }); err != nil {
+		t.Fatal(err)
+	}
+	to := localAddrPort(conn)
+	tx, err := listenUDP(netip.MustParseAddrPort("127.0.0.1:0"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	burst := func(n int) {
+		for range n {
+			if _, err := tx.WriteToUDPAddrPort(make([]byte, 1000), to); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	burst(100) // loopback delivers at once: most of these are dropped, nobody reads yet
+
+	drops := prometheus.NewCounter(prometheus.CounterOpts{Name: "drops"})
+	got := make(chan int64, 200)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		readLoop(ctx, conn, discard, drops, func(pkt []byte, _ netip.AddrPort, stamp int64) { got <- stamp })
+	}()
+	select { // the one datagram the buffer held
+	case <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("nothing read")
+	}
+	// A datagram queued after the drops carries their count.
+	for drained := false; !drained; {
+		select {
+		case <-got:
+		case <-time.After(200 * time.Millisecond):
+			drained = true
+		}
+	}
+	burst(1)
+	select {
+	case stamp := <-got:
+		if stamp == 0 {
+			t.Error("no kernel receive stamp")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the datagram sent after the drain did not arrive")
+	}
+	cancel()
+	conn.Close()
+	<-done
+	var m dto.Metric
+	if err := drops.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetCounter().GetValue(); n < 50 {
+		t.Errorf("counted %v drops of a 100-datagram burst into a minimal buffer, want most of them", n)
+	}
+}
+
+// socketControl walks every control message: the stamp and the drop count in either
+// order, and it stops at a malformed one.
+func TestSocketControl(t *testing.T) {
+	stamp := unix.Timespec{Sec: 3, Nsec: 4}
+	ts := cmsg(unix.SO_TIMESTAMPNS, unsafeBytes(&stamp))
+	ovfl := cmsg(unix.SO_RXQ_OVFL, []byte{7, 0, 0, 0})
+	for _, c := range []struct {
+		name      string
+		oob       []byte
+		wantStamp int64
+		wantDrops uint32
+	}{
+		{"none", nil, 0, 0},
+		{"stamp", ts, 3e9 + 4, 0},
+		{"stamp, drops", append(append([]byte{}, ts...), ovfl...), 3e9 + 4, 7},
+		{"drops, stamp", append(append([]byte{}, ovfl...), ts...), 3e9 + 4, 7},
+		{"truncated", ts[:len(ts)-4], 0, 0},
+	} {
+		s, d := socketControl(c.oob)
+		if s != c.wantStamp || d != c.wantDrops {
+			t.Errorf("%s: stamp %d drops %d, want %d %d", c.name, s, d, c.wantStamp, c.wantDrops)
+		}
+	}
+}
+
+// cmsg builds one SOL_SOCKET control message of the given type, padded as the kernel
+// pads it.
+func cmsg(typ int32, data []byte) []byte {
+	b := make([]byte, unix.CmsgSpace(len(data)))
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level, h.Type = unix.SOL_SOCKET, typ
+	h.SetLen(unix.CmsgLen(len(data)))
+	copy(b[unix.CmsgLen(0):], data)
+	return b
+}
+
+func unsafeBytes(ts *unix.Timespec) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(ts)), unsafe.Sizeof(*ts))
+}
