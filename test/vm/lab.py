@@ -1448,8 +1448,11 @@ log:
                     f.write(priv + "\n")
                 keys[who] = pub
             # agg0's MTU is 1500 - 56 = 1444; WireGuard adds 60 (IPv4) -> 1380 fits.
-            for who, addr, peer, extra in (("lan", "10.200.0.1", "srv", ["endpoint", f"{SERVER}:51820"]),
-                                          ("srv", "10.200.0.2", "lan", [])):
+            # The responder (srv) first: lan's persistent keepalive starts a handshake as
+            # soon as its wg0 is up, and one that reaches a srv without wg0 is lost;
+            # WireGuard retries only after 5 s, which stalled the first transfer.
+            for who, addr, peer, extra in (("srv", "10.200.0.2", "lan", []),
+                                          ("lan", "10.200.0.1", "srv", ["endpoint", f"{SERVER}:51820"])):
                 nsx(who, "ip", "link", "add", "wg0", "type", "wireguard")
                 nsx(who, "wg", "set", "wg0", "private-key", os.path.join(w, f"wg-{who}.key"), "listen-port", "51820",
                     "peer", keys[peer], "allowed-ips", "10.200.0.0/24", "persistent-keepalive", "5", *extra)
@@ -1468,6 +1471,14 @@ log:
             except OSError as e:
                 self.result["notes"].append(f"wireguard dynamic debug not available: {e}")
             sh("dmesg", "-C", check=False)
+            # The transfers start once the tunnel carries a ping (its handshake done).
+            t0 = time.time()
+            while nsx("lan", "ping", "-c1", "-W1", "10.200.0.2", check=False) != 0:
+                if time.time() - t0 > 40:
+                    raise LabError("wireguard tunnel not up after 40 s: " +
+                                   nsx("lan", "wg", "show", "wg0", capture=True, check=False))
+                time.sleep(0.5)
+            info(f"wireguard tunnel up after {time.time() - t0:.1f}s")
             return "10.200.0.2"
         if kind == "openvpn":
             key = os.path.join(w, "ovpn.key")
