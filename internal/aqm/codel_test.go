@@ -4,10 +4,13 @@ import "testing"
 
 const ms = int64(1e6)
 
+var gen uint64
+
 // dropsIn counts drops over d of packets every 1 ms with the given queue.
 func dropsIn(c *Codel, from, d, queue int64) (n int, last int64) {
 	for t := from; t < from+d; t += ms {
-		if c.Drop(t, queue) {
+		gen++ // a fresh measure for every packet: CoDel's own behaviour
+		if c.Drop(t, queue, gen) {
 			n++
 			last = t
 		}
@@ -44,28 +47,46 @@ func TestDropRateRisesWhileQueueStays(t *testing.T) {
 }
 
 // The kernel fast path's schedule: no spacing until the queue has been above target for
-// an interval, then interval/√count, shrinking as the drops due are counted, and 0 as
-// soon as the queue is below target.
+// an interval, then interval/√count with count grown once per measure while drops are
+// due, never below the period between measures, and 0 as soon as the queue is below
+// target.
 func TestSpacingFollowsCoDel(t *testing.T) {
 	c := New(10*ms, 100*ms)
-	if g := c.Spacing(0, 50*ms); g != 0 {
+	const period = 20 * ms // measures every 20 ms
+	var gen uint64
+	spacing := func(now, queue int64) int64 {
+		gen++
+		return c.Spacing(now, queue, gen, period)
+	}
+	if g := spacing(0, 50*ms); g != 0 {
 		t.Errorf("queue just above target: spacing %d, want 0", g)
 	}
-	if g := c.Spacing(50*ms, 50*ms); g != 0 {
-		t.Errorf("above target for half an interval: spacing %d, want 0", g)
+	if g := spacing(60*ms, 50*ms); g != 0 {
+		t.Errorf("above target for 60%% of an interval: spacing %d, want 0", g)
 	}
-	if g := c.Spacing(100*ms, 50*ms); g != 100*ms {
+	if g := spacing(100*ms, 50*ms); g != 100*ms {
 		t.Errorf("above target for an interval: spacing %d, want the interval (count 1)", g)
 	}
-	// A second later, as many drops as were due: 100 ms, 70.7 ms, 57.7 ms, ...
-	g := c.Spacing(1100*ms, 50*ms)
-	if g <= 0 || g >= 40*ms {
-		t.Errorf("a second later: spacing %.1f ms, want below 40 ms (count grown)", float64(g)/float64(ms))
+	var g int64
+	for now := 120 * ms; now <= 1100*ms; now += period {
+		g = spacing(now, 50*ms)
 	}
-	if c.count < 5 {
-		t.Errorf("count %d after a second of dropping, want the drops due counted", c.count)
+	if g < period || g >= 50*ms {
+		t.Errorf("a second later: spacing %.1f ms, want below 50 ms (count grown) and at least the period", float64(g)/float64(ms))
 	}
-	if g := c.Spacing(1200*ms, 5*ms); g != 0 {
+	// The same measure again counts no further drop.
+	before := c.count
+	if c.Spacing(1120*ms, 50*ms, gen, period); c.count != before {
+		t.Errorf("count went from %d to %d on a measure already acted on", before, c.count)
+	}
+	// A long-running drop state: the spacing stops at the period.
+	for now := 1120 * ms; now <= 20000*ms; now += period {
+		g = spacing(now, 50*ms)
+	}
+	if g != period {
+		t.Errorf("after 20 s above target: spacing %.1f ms, want the period", float64(g)/float64(ms))
+	}
+	if g := spacing(20020*ms, 5*ms); g != 0 {
 		t.Errorf("queue below target: spacing %d, want 0", g)
 	}
 }
@@ -76,5 +97,25 @@ func TestQueueBelowTargetStopsDropping(t *testing.T) {
 	dropsIn(c, ms, 1000*ms, 50*ms)
 	if n, _ := dropsIn(c, 1001*ms, 1000*ms, 5*ms); n != 0 {
 		t.Errorf("%d drops after the queue went below target", n)
+	}
+}
+
+// A measure that does not change between drops allows no further drop: the next one
+// waits for a newer measure, which comes once per report period.
+func TestNoSecondDropOnTheSameMeasure(t *testing.T) {
+	c := New(10*ms, 100*ms)
+	n := 0
+	var g uint64 = 1
+	for now := ms; now < 1000*ms; now += ms {
+		if now%(100*ms) == 0 {
+			g++ // a report every 100 ms
+		}
+		if c.Drop(now, 50*ms, g) {
+			n++
+		}
+	}
+	// Above target from the start: the first drop after 100 ms, then one per report.
+	if n < 8 || n > 10 {
+		t.Errorf("%d drops in a second with a report every 100 ms, want one per report (8-10)", n)
 	}
 }

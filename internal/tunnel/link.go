@@ -56,6 +56,7 @@ type link struct {
 	lastDelivered time.Time
 	state         linkState
 	train         *train  // the probe train measuring the link's capacity (train.go)
+	trainRetries  int     // short trains sent again after one measured nothing (train.go)
 	rttNs         float64 // smoothed
 	peerRate      float64 // bits/s the peer reports receiving from us, smoothed
 	peerLoss      float64

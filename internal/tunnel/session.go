@@ -84,6 +84,8 @@ type Session struct {
 	// bondQueue is the least queueing delay (ns) among the links that carried traffic
 	// in the peer's last report period: the bond's standing queue.
 	bondQueue atomic.Int64
+	// bondQueueGen counts the updates of bondQueue (the AQM acts once per measure).
+	bondQueueGen atomic.Uint64
 	// feedbackMu orders FEEDBACK handling; lastFeedback is the peer's timestamp of the
 	// newest one taken (haveFeedback: any yet).
 	feedbackMu   sync.Mutex
@@ -203,7 +205,7 @@ func (s *Session) SendData(buf []byte) bool {
 	now := clock.Nanos()
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
-	if s.aqm != nil && s.aqm.Drop(now, s.bondQueue.Load()) {
+	if s.aqm != nil && s.aqm.Drop(now, s.bondQueue.Load(), s.bondQueueGen.Load()) {
 		s.m.AQMDrops.WithLabelValues(s.cfg.Peer).Inc()
 		return true
 	}
@@ -312,7 +314,7 @@ func (s *Session) refreshSchedule() {
 		s.aqm.SetTarget(target)
 		if s.fpAQM != nil {
 			s.fpAQM.SetTarget(target)
-			gap = time.Duration(s.fpAQM.Spacing(clock.Nanos(), s.bondQueue.Load()))
+			gap = time.Duration(s.fpAQM.Spacing(clock.Nanos(), s.bondQueue.Load(), s.bondQueueGen.Load(), int64(s.cfg.Probe)))
 		}
 	}
 	s.txMu.Unlock()
@@ -591,6 +593,7 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 		p.l.estimate(p.smp)
 	}
 	s.bondQueue.Store(int64(max(least, 0)))
+	s.bondQueueGen.Add(1)
 	s.schedDue.Store(true)
 }
 
@@ -628,6 +631,8 @@ func (s *Session) tick(now time.Time) {
 		s.sendProbe(l, 0)
 		if l.checkTrain(now) {
 			go s.sendTrain(l, longTrain)
+		} else if l.retryTrain(now) {
+			go s.sendTrain(l, shortTrain)
 		}
 		if state, changed := l.checkHealth(now, 3*s.cfg.Probe, s.cfg.DownAfter); changed {
 			switch state {

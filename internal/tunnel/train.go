@@ -51,10 +51,20 @@ const (
 	// irregularFrac: the upper quartile of the spacings may be at most this multiple of
 	// the lower one.
 	irregularFrac = 2.0
+	// A short train whose spacings came out irregular, or as slow as our own sending,
+	// is sent again, up to maxTrainRetries times, trainRetryAfter after the last one:
+	// both are the hosts' timing (a busy peer reading in bursts, a sender descheduled
+	// within the train), which passes. Without a measure the link starts at
+	// estimate.StartRate and doubles per period from there: in the lab (3 × 1.5 Mbit/s,
+	// every link's train sent at once as the bond came up) about one train in four
+	// failed so, and the first transfer's first second then ran on one link or two.
+	maxTrainRetries = 2
+	trainRetryAfter = 500 * time.Millisecond
 )
 
 // train is one link's probe train in flight. Guarded by the link's mu.
 type train struct {
+	result   trainResult // once done
 	probes   int
 	sent     time.Time
 	pace     time.Duration // our time per probe while sending it
@@ -159,11 +169,29 @@ func (l *link) checkTrain(now time.Time) (longer bool) {
 	return false
 }
 
+// retryTrain reports whether a short train should go out again (and makes room for
+// it): the last one measured nothing because of the hosts' timing (irregular spacing,
+// or paced by our own sending), the link's capacity is still unknown, and retries are
+// left.
+func (l *link) retryTrain(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.train
+	if t == nil || !t.done || (t.result != trainIrregular && t.result != trainPaced) || !l.est.InStartup() ||
+		l.trainRetries >= maxTrainRetries || now.Sub(t.sent) < trainRetryAfter {
+		return false
+	}
+	l.trainRetries++
+	l.train = nil
+	return true
+}
+
 // settleTrain hands the train's measure to the estimator, and reports whether a long
 // train should follow a short one that passed too fast to time. Caller holds mu.
 func (l *link) settleTrain() (longer bool) {
 	l.train.done = true
 	bps, r := l.train.capacity()
+	l.train.result = r
 	if r == trainTooShort && l.train.probes == shortTrain {
 		return true
 	}

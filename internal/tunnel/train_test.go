@@ -102,3 +102,51 @@ func TestTrainWaitsForItsPace(t *testing.T) {
 		t.Errorf("settled train: done %v, estimator still in startup %v", l.train.done, l.est.InStartup())
 	}
 }
+
+// A short train whose spacings came out irregular goes out again, a little later, a
+// bounded number of times, and only while the link's capacity is still unknown.
+func TestIrregularTrainIsRetried(t *testing.T) {
+	l := &link{log: discard, est: estimate.New(estimate.Config{})}
+	sent := time.Now()
+	irregular := func() {
+		// Probes read in pairs: spacings alternate between nothing and twice the gap.
+		arr := make([]uint32, shortTrain)
+		for i := range arr {
+			arr[i] = uint32(i/2) * 15000
+		}
+		l.train = &train{probes: shortTrain, sent: sent, pace: 20 * time.Microsecond, sendDone: true, arrivals: arr}
+		l.settleTrain()
+	}
+	for i := range maxTrainRetries {
+		irregular()
+		if l.retryTrain(sent.Add(trainRetryAfter / 2)) {
+			t.Fatalf("retry %d before trainRetryAfter", i+1)
+		}
+		if !l.retryTrain(sent.Add(trainRetryAfter)) {
+			t.Fatalf("no retry %d after an irregular train", i+1)
+		}
+		if l.train != nil {
+			t.Fatal("the retry left the old train in place: sendTrain would refuse a short one")
+		}
+	}
+	irregular()
+	if l.retryTrain(sent.Add(time.Minute)) {
+		t.Errorf("more than %d retries", maxTrainRetries)
+	}
+
+	// Nor one paced by our own sending beyond the retries; a fresh link's is retried.
+	l = &link{log: discard, est: estimate.New(estimate.Config{})}
+	l.train = &train{probes: shortTrain, sent: sent, pace: 8 * time.Millisecond, sendDone: true, arrivals: arrivalsEvery(0, 7500*time.Microsecond, shortTrain)}
+	l.settleTrain()
+	if !l.retryTrain(sent.Add(trainRetryAfter)) {
+		t.Error("a train paced by our own sending is not sent again")
+	}
+
+	// A measured link is not retried.
+	l = &link{log: discard, est: estimate.New(estimate.Config{})}
+	l.train = &train{probes: shortTrain, sent: sent, pace: 20 * time.Microsecond, sendDone: true, arrivals: arrivalsEvery(0, 7500*time.Microsecond, shortTrain)}
+	l.settleTrain()
+	if l.retryTrain(sent.Add(time.Minute)) {
+		t.Error("a train that measured the link is sent again")
+	}
+}
