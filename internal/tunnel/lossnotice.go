@@ -125,8 +125,10 @@ func (s *Session) reassign(l *link) int {
 		return 0 // the kernel's packets are not in the log: see the top of this file
 	}
 	s.txMu.Lock()
-	seqs, incomplete := l.sent.takeUnacked(l.txLinkSeq)
+	acked, last, logged := l.sent.acked.Load(), l.txLinkSeq, l.sent.n
+	seqs, incomplete := l.sent.takeUnacked(last)
 	s.txMu.Unlock()
+	l.log.Debug("loss notice", "peer_acked_link_seq", acked, "last_link_seq", last, "logged_ever", logged, "named", len(seqs))
 	if incomplete {
 		l.log.Warn("loss notice incomplete: more packets were in flight on the link than the sender logs; the peer's hold timer resolves the rest",
 			"logged", sentLogSize)
