@@ -358,7 +358,7 @@ int aggd_tc_tx(struct __sk_buff *skb)
 #pragma unroll
 	for (int i = 0; i < AGGD_FP_MAX_LINKS; i++)
 		snap.backlog_end_ns[i] = sched->backlog_end_ns[i];
-	drop = aggd_aqm_drop(&sched->aqm_next_us, sess->aqm_gap_us, (__u32)(now / 1000));
+	drop = aggd_aqm_drop(&sched->aqm_next_us, sess->aqm_gap_us, now);
 	bpf_spin_unlock(&sched->lock);
 	if (drop) {
 		tx_count(AGGD_FP_TX_AQM_DROP);

@@ -20,16 +20,19 @@
 
 #include <linux/types.h>
 
-/* Whether the packet sent at now_us is dropped; updates *next_us. Caller
- * holds the session's tx_sched lock. */
-static __always_inline int aggd_aqm_drop(__u32 *next_us, __u32 gap_us, __u32 now_us)
+/* Whether the packet sent at now_ns is dropped; updates *next_us. Caller
+ * holds the session's tx_sched lock. The time is converted only while a
+ * spacing is set: nearly every packet meets none. */
+static __always_inline int aggd_aqm_drop(__u32 *next_us, __u32 gap_us, __u64 now_ns)
 {
+	__u32 now_us;
 	__s32 late;
 
 	if (!gap_us) {
 		*next_us = 0;
 		return 0;
 	}
+	now_us = (__u32)(now_ns / 1000);
 	late = (__s32)(now_us - *next_us);
 	if (*next_us && late < 0)
 		return 0;

@@ -101,7 +101,7 @@ type Session struct {
 	// a packet about to be held here (a crash seen in the e2e tests).
 	rxInFlight int
 	// lastFastData is when the last DATA packet reached the daemon (fast path; Resync).
-	lastFastData int64
+	lastFastData time.Time
 	holdTimer    *time.Timer
 	armedAt      int64
 	lastStats    reseq.Stats
@@ -413,7 +413,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 			s.reseq.Restart(next)
 		}
 		s.rxInFlight++
-		s.lastFastData = clock.Nanos()
+		s.lastFastData = now
 		counted = true
 		s.rxMu.Unlock()
 		defer func() {
@@ -651,7 +651,7 @@ func (s *Session) tick(now time.Time) {
 		}
 	}
 	if s.fp != nil {
-		s.mergeFastRx(links)
+		s.mergeFastRx(links, now)
 	}
 	if best != nil {
 		s.sendFeedback(best, links)
@@ -664,9 +664,10 @@ func (s *Session) tick(now time.Time) {
 }
 
 // mergeFastRx adds what the kernel sent on each link to the link's transmit counters
-// and what it delivered to the link's receive accounting, and settles the links' loss counts, which the daemon alone cannot tell
-// from the few packets it sees itself.
-func (s *Session) mergeFastRx(links []*link) {
+// and what it delivered to the link's receive accounting, and settles the links' loss
+// counts, which the daemon alone cannot tell from the few packets it sees itself. After
+// a quiet period (now) it resynchronises the receive counts with the kernel's.
+func (s *Session) mergeFastRx(links []*link, now time.Time) {
 	s.mergeFastTx(links)
 	delta := s.fp.RxDelta()
 	for _, l := range links {
@@ -680,13 +681,12 @@ func (s *Session) mergeFastRx(links []*link) {
 		}
 	}
 	s.rxMu.Lock()
-	now := clock.Nanos()
-	if s.rxInFlight == 0 && s.reseq.Empty() && now-s.lastFastData > int64(fastResyncQuiet) {
+	if s.rxInFlight == 0 && s.reseq.Empty() && now.Sub(s.lastFastData) > fastResyncQuiet {
 		if restart, next := s.fp.Resync(); restart {
 			s.reseq.Restart(next)
 		}
 	}
-	s.armHoldTimer(now)
+	s.armHoldTimer(clock.Nanos())
 	s.rxMu.Unlock()
 }
 
