@@ -66,15 +66,17 @@ func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
 }
 
 // readLoop hands every datagram arriving on conn to handle until the socket is closed,
-// with the kernel's receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME ns; 0 if none),
-// and adds what the kernel dropped for a full receive buffer to drops (SO_RXQ_OVFL: the
-// socket's drop count so far comes with each datagram once it is not 0).
-// Probe trains are timed by it (train.go): the daemon's own reading time shows its
-// scheduling, not the link (on a loaded machine a 60 Mbit/s link's train, read in
-// bursts, looked like 300-600 Mbit/s). It stays a raw stamp here, on the per-packet
-// path; rxMonotonic converts it for the few packets that use it. One-way delays still
-// use the daemon's time: with the kernel's, the lab showed a steady 10 ms "queue" on
-// one link that nothing else showed (d1fa18a), not understood.
+// with the kernel's receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME ns; 0 if none).
+// Probe trains are timed by that stamp (train.go): the daemon's own reading time shows
+// its scheduling, not the link (on a loaded machine a 60 Mbit/s link's train, read in
+// bursts, looked like 300-600 Mbit/s). It stays raw here, on the per-packet path;
+// rxMonotonic converts it for the few packets that use it. One-way delays still use the
+// daemon's time: with the kernel's, the lab showed a steady 10 ms "queue" on one link
+// that nothing else showed (d1fa18a), not understood.
+//
+// readLoop also adds what the kernel dropped for a full receive buffer to drops
+// (SO_RXQ_OVFL: once it is not 0, the socket's drop count so far comes with each
+// datagram; one without it says nothing new).
 func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, drops prometheus.Counter,
 	handle func(pkt []byte, from netip.AddrPort, rxStamp int64)) {
 	buf := make([]byte, 65536)
@@ -90,7 +92,7 @@ func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, drops pr
 			continue
 		}
 		stamp, total := socketControl(oob[:oobn])
-		if total != dropped {
+		if total != 0 && total != dropped {
 			drops.Add(float64(total - dropped)) // wraps like the kernel's counter
 			dropped = total
 		}
