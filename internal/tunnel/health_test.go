@@ -19,7 +19,7 @@ func TestLinkHealthStateMachine(t *testing.T) {
 
 	check := func(now time.Time, want linkState, usable, suspect bool) {
 		t.Helper()
-		got, _ := l.checkHealth(now, suspectAfter, downAfter)
+		got, _, _ := l.checkHealth(now, suspectAfter, downAfter)
 		if got != want {
 			t.Fatalf("at %v: state %v, want %v", now.Sub(t0), got, want)
 		}
@@ -56,10 +56,10 @@ func TestSuspicionWaitsForSlowLinks(t *testing.T) {
 	l := s.addLink(LinkSpec{ID: 0, Name: "sat"}, func(*link, []byte) error { return nil })
 	t0 := time.Unix(1000, 0)
 	l.onReply(t0, 600*time.Millisecond)
-	if st, _ := l.checkHealth(t0.Add(time.Second), 300*time.Millisecond, 5*time.Second); st != stateUp {
+	if st, _, _ := l.checkHealth(t0.Add(time.Second), 300*time.Millisecond, 5*time.Second); st != stateUp {
 		t.Fatalf("silent for 1 s with a 600 ms RTT: %v, want up", st)
 	}
-	if st, _ := l.checkHealth(t0.Add(1900*time.Millisecond), 300*time.Millisecond, 5*time.Second); st != stateSuspect {
+	if st, _, _ := l.checkHealth(t0.Add(1900*time.Millisecond), 300*time.Millisecond, 5*time.Second); st != stateSuspect {
 		t.Fatalf("silent for 1.9 s with a 600 ms RTT: %v, want suspect", st)
 	}
 }
@@ -81,7 +81,7 @@ func TestDownWaitsForSlowLinks(t *testing.T) {
 		{3500 * time.Millisecond, stateSuspect}, // not yet six
 		{3700 * time.Millisecond, stateDown},    // six RTTs
 	} {
-		if st, _ := l.checkHealth(t0.Add(c.at), suspectAfter, downAfter); st != c.want {
+		if st, _, _ := l.checkHealth(t0.Add(c.at), suspectAfter, downAfter); st != c.want {
 			t.Fatalf("silent for %v with a 600 ms RTT: %v, want %v", c.at, st, c.want)
 		}
 	}
@@ -99,11 +99,11 @@ func TestDeliveredDataKeepsALinkAlive(t *testing.T) {
 	var rx uint32
 	report := func(at time.Duration, more uint32) {
 		rx += more
-		l.onFeedback(t0.Add(at), uint32(at/time.Microsecond), wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500})
+		l.onFeedback(t0.Add(at), uint32(at/time.Microsecond), wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500}, true)
 	}
 	check := func(at time.Duration, want linkState) {
 		t.Helper()
-		if st, _ := l.checkHealth(t0.Add(at), suspectAfter, downAfter); st != want {
+		if st, _, _ := l.checkHealth(t0.Add(at), suspectAfter, downAfter); st != want {
 			t.Fatalf("at %v: %v, want %v", at, st, want)
 		}
 	}

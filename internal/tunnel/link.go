@@ -99,6 +99,10 @@ type link struct {
 	// txData counts the data bytes sent on the link (outer headers included, as the
 	// peer counts them), by the daemon and the kernel alike: what we offered the link.
 	txData atomic.Uint64
+	// txPkts counts the data packets sent on the link, likewise; quiet judges the
+	// peer's reports against it (quiet.go), under mu.
+	txPkts atomic.Uint64
+	quiet  quietWatch
 	// blockedNs adds up the time writes to the link stalled (its own qdisc was full
 	// and pushed back on the socket): the sign of a saturated link whose queue is
 	// local, so that the peer sees no queueing delay.
@@ -244,7 +248,8 @@ func (s linkState) String() string {
 func (s linkState) inSchedule() bool { return s == stateUp || s == stateSuspect }
 
 // onReply records a probe reply: the link is alive and we have an RTT sample. It
-// returns the state the link was in.
+// returns the state the link was in (up, for no change, while the peer's reports keep a
+// suspicion: a probe reply does not end that).
 func (l *link) onReply(now time.Time, rtt time.Duration) (was linkState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -256,6 +261,9 @@ func (l *link) onReply(now time.Time, rtt time.Duration) (was linkState) {
 	}
 	l.m.rtt.Set(l.rttNs / 1e9)
 	was = l.state
+	if was == stateSuspect && l.quiet.reports > 0 {
+		return stateUp // probes pass but data does not (the reports say so): still in doubt
+	}
 	l.setState(stateUp)
 	return was
 }
@@ -263,11 +271,15 @@ func (l *link) onReply(now time.Time, rtt time.Duration) (was linkState) {
 // checkHealth moves a silent link (no probe reply, and no report from the peer of new
 // data received on it) to suspect after suspectAfter (or three smoothed RTTs, whichever
 // is longer, so that a deep but working queue is not suspected) and to down after
-// downAfter (or twice the suspicion time, whichever is longer); a suspect link the peer
-// reports data from again is up. It returns the new state and whether it changed.
-func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration) (linkState, bool) {
+// downAfter (or twice the suspicion time, whichever is longer); a busy link the peer's
+// reports show data stopped arriving on goes suspect at the first such report and down
+// at the second (quiet.go); a suspect link the peer reports data from again is up. It
+// returns the new state, whether it changed, and whether the reports (not the probes'
+// silence) decided it.
+func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration) (state linkState, changed, byReports bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.quiet.mark(now, l.txPkts.Load())
 	silent := now.Sub(l.lastReply)
 	if l.lastDelivered.After(l.lastReply) {
 		silent = now.Sub(l.lastDelivered)
@@ -277,17 +289,35 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 	// been suspect for as long again.
 	suspectAfter = max(suspectAfter, time.Duration(3*l.rttNs))
 	downAfter = max(downAfter, 2*suspectAfter)
+	quiet := l.quiet.reports
 	old := l.state
 	switch {
-	case old.inSchedule() && silent > downAfter:
+	case old.inSchedule() && (silent > downAfter || quiet >= 2):
 		l.setState(stateDown)
-	case old == stateUp && silent > suspectAfter:
+		l.quiet.reset(l.txPkts.Load())
+		byReports = silent <= downAfter
+	case old == stateUp && (silent > suspectAfter || quiet >= 1):
 		l.setState(stateSuspect)
-	case old == stateSuspect && silent <= suspectAfter:
+		byReports = silent <= suspectAfter
+	case old == stateSuspect && silent <= suspectAfter && quiet == 0:
 		l.setState(stateUp) // the peer reports our data arriving again
-
 	}
-	return l.state, l.state != old
+	return l.state, l.state != old, byReports
+}
+
+// quietReports is how many of the peer's reports in a row showed the link's data
+// stopped arriving (quiet.go).
+func (l *link) quietReports() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.quiet.reports
+}
+
+// delivering reports whether r shows new data arriving on the link since its last report.
+func (l *link) delivering(r wire.LinkReport) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.prevAt.IsZero() && r.RxPackets != l.prevReport.RxPackets
 }
 
 // setState records a state and its metrics. Caller holds mu.
@@ -311,14 +341,24 @@ func boolGauge(b bool) float64 {
 // upstream carries one or two packets per report period) is measured over several
 // periods instead of never. peerTime is the FEEDBACK's own timestamp, on the peer's
 // clock, which times the sample better than our arrival times (feedback travels over
-// whichever link is best at the moment).
-func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport) (smp estimate.Sample, ok bool) {
+// whichever link is best at the moment). othersDelivered says whether the report shows
+// data arriving on another link (quiet.go).
+func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, othersDelivered bool) (smp estimate.Sample, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reportMetrics(now, r)
-	if !l.prevAt.IsZero() && r.RxPackets != l.prevReport.RxPackets {
-		l.lastDelivered = now
+	if !l.prevAt.IsZero() {
+		progress := r.RxPackets != l.prevReport.RxPackets
+		if progress {
+			l.lastDelivered = now
+		}
+		cutoff := quietCutoff(now, time.Duration(l.rttNs), l.est.Rate())
+		if owed := l.quiet.onReport(cutoff, progress, othersDelivered); owed > 0 {
+			l.log.Debug("quiet report: no data arrived that was sent an RTT before", "owed_packets", owed,
+				"quiet_reports", l.quiet.reports, "cutoff_ago", now.Sub(cutoff), "since_delivered", now.Sub(l.lastDelivered))
+		}
 	}
+	l.quiet.mark(now, l.txPkts.Load())
 	l.prevReport, l.prevAt = r, now
 	if r.OWDMinMicros != 0 { // owdMin is per report period: set only if data arrived in it
 		l.updateFloor(now, r.OWDMinMicros)
@@ -471,6 +511,13 @@ func (l *link) isUp() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state.inSchedule()
+}
+
+// isSuspect reports whether the link is in doubt.
+func (l *link) isSuspect() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == stateSuspect
 }
 
 func (l *link) rtt() time.Duration {

@@ -122,10 +122,15 @@ func (p *pipePair) send(n int) []uint32 {
 }
 
 // feedback makes the receiver report to the sender, as its tick would (the tick itself
-// would also adapt the hold time, which this test keeps at its cap).
+// would also adapt the hold time, which this test keeps at its cap, and probe: the
+// receiver's links are up here, as its own probes would have shown, so that it has
+// routes for the report).
 func (p *pipePair) feedback() {
 	links := p.rx.allLinks()
-	p.rx.sendFeedback(p.rx.link(0), links)
+	for _, l := range links {
+		l.onReply(p.clk, time.Millisecond)
+	}
+	p.rx.sendFeedback(links)
 	p.pump()
 }
 

@@ -249,6 +249,7 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copie
 	l.m.txPackets.Inc()
 	l.m.txBytes.Add(float64(len(buf) + 28))
 	l.txData.Add(uint64(len(buf) + 28))
+	l.txPkts.Add(1)
 	if flags&wire.FlagDuplicate != 0 {
 		l.m.dup.Inc()
 	}
@@ -368,6 +369,13 @@ func (s *Session) programFastPath(links []*link, params []sched.LinkParams, aqmG
 
 // sendControl seals and sends one control message on a link.
 func (s *Session) sendControl(l *link, t wire.Type, seq, linkSeq uint32, body []byte) {
+	s.sendControlStamped(l, t, seq, linkSeq, body, clock.Micros32(clock.Nanos()))
+}
+
+// sendControlStamped is sendControl with the header's timestamp given: copies of one
+// message on several links carry the same one, so the peer takes the first to arrive
+// and sees the rest as stale.
+func (s *Session) sendControlStamped(l *link, t wire.Type, seq, linkSeq uint32, body []byte, stamp uint32) {
 	k := s.keys.sending()
 	if k == nil {
 		return
@@ -375,7 +383,7 @@ func (s *Session) sendControl(l *link, t wire.Type, seq, linkSeq uint32, body []
 	pkt := make([]byte, wire.HeaderLen+len(body))
 	h := wire.Header{
 		Type: t, LinkID: l.spec.ID, KeyID: k.id, Session: s.peerIndex.Load(),
-		Seq: seq, LinkSeq: linkSeq, Timestamp: clock.Micros32(clock.Nanos()),
+		Seq: seq, LinkSeq: linkSeq, Timestamp: stamp,
 	}
 	h.Put(pkt)
 	copy(pkt[wire.HeaderLen:], body)
@@ -571,12 +579,22 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 	if s.fp != nil {
 		s.mergeFastTx(s.allLinks())
 	}
+	delivering := 0
+	for _, r := range body.Links {
+		if fl := s.link(r.LinkID); fl != nil && fl.delivering(r) {
+			delivering++
+		}
+	}
 	for _, r := range body.Links {
 		fl := s.link(r.LinkID)
 		if fl == nil {
 			continue
 		}
-		smp, ok := fl.onFeedback(now, peerTime, r)
+		others := delivering
+		if fl.delivering(r) {
+			others--
+		}
+		smp, ok := fl.onFeedback(now, peerTime, r, others > 0)
 		if !ok {
 			continue
 		}
@@ -591,6 +609,13 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 	for _, p := range periods {
 		p.smp.LeastQueue, p.smp.MostQueue = max(least, 0), most
 		p.l.estimate(p.smp)
+	}
+	// A report that shows a busy link's data stopped arriving acts now, not at the
+	// next tick (quiet.go).
+	for _, r := range body.Links {
+		if fl := s.link(r.LinkID); fl != nil && fl.quietReports() > 0 {
+			s.checkLinkHealth(fl, now)
+		}
 	}
 	s.bondQueue.Store(int64(max(least, 0)))
 	s.bondQueueGen.Add(1)
@@ -625,7 +650,6 @@ func (s *Session) onHoldTimer() {
 // health, feedback to the peer, the resequencer's hold time, and metrics.
 func (s *Session) tick(now time.Time) {
 	links := s.allLinks()
-	var best *link
 	s.repeatLossNotices()
 	for _, l := range links {
 		s.sendProbe(l, 0)
@@ -634,33 +658,40 @@ func (s *Session) tick(now time.Time) {
 		} else if l.retryTrain(now) {
 			go s.sendTrain(l, shortTrain)
 		}
-		if state, changed := l.checkHealth(now, 3*s.cfg.Probe, s.cfg.DownAfter); changed {
-			switch state {
-			case stateUp:
-				l.log.Info("link no longer suspect: the peer reports our data arriving on it")
-			case stateSuspect:
-				l.log.Warn("link suspect: probe replies stopped; copying its traffic to another link")
-			case stateDown:
-				noticed := s.reassign(l)
-				l.log.Warn("link down", "cause", "no probe reply", "after", s.cfg.DownAfter, "loss_notice_seqs", noticed)
-			}
-			s.schedDue.Store(true)
-		}
-		if l.isUp() && (best == nil || l.rtt() < best.rtt()) {
-			best = l
-		}
+		s.checkLinkHealth(l, now)
 	}
 	if s.fp != nil {
 		s.mergeFastRx(links, now)
 	}
-	if best != nil {
-		s.sendFeedback(best, links)
-	}
+	s.sendFeedback(links)
 	s.adaptHold(now, links)
 	s.publishReseqStats()
 	if s.schedDue.Swap(false) {
 		s.refreshSchedule()
 	}
+}
+
+// checkLinkHealth moves l through its health states (link.checkHealth) and acts on a
+// change: a link gone down has its share moved and its lost packets named to the peer.
+func (s *Session) checkLinkHealth(l *link, now time.Time) {
+	state, changed, byReports := l.checkHealth(now, 3*s.cfg.Probe, s.cfg.DownAfter)
+	if !changed {
+		return
+	}
+	cause := "no probe reply"
+	if byReports {
+		cause = "the peer's reports show data sent on it stopped arriving"
+	}
+	switch state {
+	case stateUp:
+		l.log.Info("link no longer suspect: the peer reports our data arriving on it")
+	case stateSuspect:
+		l.log.Warn("link suspect: copying its traffic to another link", "cause", cause)
+	case stateDown:
+		noticed := s.reassign(l)
+		l.log.Warn("link down", "cause", cause, "down_after", s.cfg.DownAfter, "loss_notice_seqs", noticed)
+	}
+	s.schedDue.Store(true)
 }
 
 // mergeFastRx adds what the kernel sent on each link to the link's transmit counters
@@ -705,17 +736,54 @@ func (s *Session) mergeFastTx(links []*link) {
 			l.m.txPackets.Add(float64(d.Packets))
 			l.m.txBytes.Add(float64(d.Bytes + 2*wire.HeaderLen*d.Packets)) // as sendDataOn counts
 			l.txData.Add(d.Bytes + 2*wire.HeaderLen*d.Packets)
+			l.txPkts.Add(d.Packets)
 			l.m.dup.Add(float64(d.Copies))
 		}
 	}
 }
 
-func (s *Session) sendFeedback(via *link, links []*link) {
-	fb := wire.FeedbackBody{Counter: s.txCtrl.Add(1)}
+// sendFeedback reports what arrived on each link to the peer, on the two best links
+// (feedbackRoutes): the copy on the second keeps the reports coming when the best one
+// dies, and the peer needs them most then, to see which of its links went quiet
+// (quiet.go). Both copies carry one timestamp, so the peer takes the first and ignores
+// the other as stale.
+func (s *Session) sendFeedback(links []*link) {
+	var reports []wire.LinkReport
 	for _, l := range links {
-		fb.Links = append(fb.Links, l.rx.report(l.spec.ID))
+		reports = append(reports, l.rx.report(l.spec.ID))
 	}
-	s.sendControl(via, wire.TypeFeedback, 0, 0, fb.Append(nil))
+	stamp := clock.Micros32(clock.Nanos())
+	for _, via := range feedbackRoutes(links) {
+		fb := wire.FeedbackBody{Counter: s.txCtrl.Add(1), Links: reports}
+		s.sendControlStamped(via, wire.TypeFeedback, 0, 0, fb.Append(nil), stamp)
+	}
+}
+
+// feedbackRoutes picks up to two links in the schedule for a FEEDBACK: links that are
+// not suspect first, then the lowest RTT.
+func feedbackRoutes(links []*link) []*link {
+	var routes []*link
+	better := func(a, b *link) bool {
+		if sa, sb := a.isSuspect(), b.isSuspect(); sa != sb {
+			return sb
+		}
+		return a.rtt() < b.rtt()
+	}
+	for _, l := range links {
+		if !l.isUp() {
+			continue
+		}
+		switch {
+		case len(routes) < 2:
+			routes = append(routes, l)
+		case better(l, routes[1]):
+			routes[1] = l
+		}
+		if len(routes) == 2 && better(routes[1], routes[0]) {
+			routes[0], routes[1] = routes[1], routes[0]
+		}
+	}
+	return routes
 }
 
 // holdMargin is added to the measured delay spread to make the hold time. A variable

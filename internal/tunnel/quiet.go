@@ -1,0 +1,111 @@
+package tunnel
+
+// Busy-link silence (docs/architecture.md §5, health). A link that dies while it
+// carries traffic shows it long before its probes have gone unanswered for three
+// probe intervals: the peer's next FEEDBACK reports none of the packets we sent on it
+// an RTT earlier. Waiting for the probes cost the lab's failover scenario about 0.7 s
+// between the outage and the move of the link's share, during which a third of every
+// TCP window, retransmissions included, went into the dead link.
+//
+// So each FEEDBACK is also a verdict on every busy link: if we had sent at least
+// busyQuietPackets packets on it, one smoothed RTT (plus a margin) before the report
+// arrived, beyond what earlier reports already covered, and the report shows nothing new
+// arriving, the report is quiet. One quiet report makes the link suspect, a second in a
+// row (about one report period later) takes it down. A link that delivers anything at
+// all in a report period is never quiet: a slow or deeply queued link still delivers
+// steadily, and an idle one has nothing owed; both are left to the probes.
+
+import (
+	"time"
+)
+
+// busyQuietPackets is how many data packets a report must owe before its silence
+// counts: a link at 1.4 Mbit/s sends that many in about 70 ms, while one that carries
+// two packets per report period would have to deliver nothing for 400 ms (a radio
+// stalling for two report periods is no verdict).
+const busyQuietPackets = 8
+
+// quietMargin is added to the link's smoothed RTT when judging which packets a report
+// should cover: the time for the peer's report period to close on them and for jitter.
+const quietMargin = 20 * time.Millisecond
+
+// maxQuietMargin bounds the extra margin a slow link gets for its packets' own
+// transmission time.
+const maxQuietMargin = 500 * time.Millisecond
+
+// sentMarks is how many snapshots of a link's sent-packet count are kept, one per tick
+// and per report: with the default 100-ms probe interval about 1.6 s of history, more
+// than any RTT the margin would reach back over (a longer one is left to the probes).
+const sentMarks = 32
+
+// sentMark is how many data packets had been sent on a link at a time.
+type sentMark struct {
+	at   time.Time
+	pkts uint64
+}
+
+// quietWatch judges a link's reports against what was sent on it. Caller holds the
+// link's mu.
+type quietWatch struct {
+	marks     [sentMarks]sentMark
+	n         int
+	confirmed uint64 // packets sent before the cutoff of the last report that showed progress
+	reports   int    // quiet reports in a row since then
+}
+
+// mark records the link's sent-packet count at now.
+func (q *quietWatch) mark(now time.Time, pkts uint64) {
+	q.marks[q.n%sentMarks] = sentMark{now, pkts}
+	q.n++
+}
+
+// sentBy returns how many packets had been sent by cutoff, from the newest mark at or
+// before it; ok is false if the marks do not reach back that far.
+func (q *quietWatch) sentBy(cutoff time.Time) (pkts uint64, ok bool) {
+	for k := range min(q.n, sentMarks) {
+		m := q.marks[(q.n-1-k)%sentMarks]
+		if !m.at.After(cutoff) {
+			return m.pkts, true
+		}
+	}
+	return 0, false
+}
+
+// onReport judges one report: progress says whether it shows new data arriving on the
+// link, othersDelivered whether it shows some on another link; cutoff is the latest send
+// time whose packets it should cover. It returns how many packets the report owed when
+// it is quiet, 0 otherwise. A report with nothing new on any link is no verdict: the
+// peer's receiving may have stalled as a whole (a busy CPU), and a bond whose links all
+// died is the probes' to find.
+func (q *quietWatch) onReport(cutoff time.Time, progress, othersDelivered bool) (owed uint64) {
+	sent, ok := q.sentBy(cutoff)
+	if progress {
+		q.reports = 0
+		if ok {
+			q.confirmed = max(q.confirmed, sent)
+		}
+		return 0
+	}
+	if ok && othersDelivered && sent >= q.confirmed+busyQuietPackets {
+		q.reports++
+		return sent - q.confirmed
+	}
+	return 0
+}
+
+// reset forgets what was owed when the link leaves the schedule: its packets now go
+// elsewhere, and a returning link starts with a clean slate.
+func (q *quietWatch) reset(sentNow uint64) {
+	q.confirmed, q.reports = sentNow, 0
+}
+
+// quietCutoff is the latest send time whose packets a report arriving at now should
+// cover on a link with smoothed RTT rtt that the scheduler runs at rateBps: an RTT, the
+// margin, and two full-size packets' time on the link. Caller holds the link's mu.
+func quietCutoff(now time.Time, rtt time.Duration, rateBps float64) time.Time {
+	margin := quietMargin
+	if rateBps > 0 {
+		margin += min(maxQuietMargin, time.Duration(2*1500*8/rateBps*float64(time.Second)))
+	}
+	return now.Add(-rtt - margin)
+}

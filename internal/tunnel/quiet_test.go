@@ -1,0 +1,234 @@
+package tunnel
+
+import (
+	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// quietRig drives one link with explicit times: packets sent on it, probe replies, the
+// peer's reports every 100 ms and the session's ticks halfway between them.
+type quietRig struct {
+	t   *testing.T
+	l   *link
+	t0  time.Time
+	rx  uint32 // packets the peer has reported
+	now time.Duration
+}
+
+// The thresholds the probes alone would use (the defaults: three 100-ms probe
+// intervals, down_after 600 ms).
+const rigSuspectAfter, rigDownAfter = 300 * time.Millisecond, 600 * time.Millisecond
+
+func newQuietRig(t *testing.T, rtt time.Duration) *quietRig {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	r := &quietRig{t: t, l: s.addLink(LinkSpec{ID: 0, Name: "cable"}, func(*link, []byte) error { return nil }), t0: time.Unix(1000, 0)}
+	r.l.onReply(r.t0, rtt)
+	return r
+}
+
+// step advances 50 ms: sent packets go out, and then either a tick (probe reply if
+// alive) or a report with delivered new packets, alternately. It returns the link's state.
+func (r *quietRig) step(sent, delivered uint32, alive bool) linkState {
+	r.now += 50 * time.Millisecond
+	at := r.t0.Add(r.now)
+	r.l.txPkts.Add(uint64(sent))
+	if r.now%(100*time.Millisecond) == 0 {
+		r.rx += delivered
+		r.l.onFeedback(at, uint32(r.now/time.Microsecond), wire.LinkReport{RxPackets: r.rx, RxBytes: uint64(r.rx) * 1500}, true)
+	} else if alive {
+		r.l.onReply(at, 20*time.Millisecond)
+	}
+	st, _, _ := r.l.checkHealth(at, rigSuspectAfter, rigDownAfter)
+	return st
+}
+
+// A busy link that dies is suspect at the first report that owes its packets and down at
+// the next: within a few report periods, long before its probes' silence would say so.
+func TestBusyLinkThatStopsDeliveringGoesDownAtTheSecondQuietReport(t *testing.T) {
+	r := newQuietRig(t, 20*time.Millisecond)
+	for range 40 { // 2 s of 120 packets/s, all arriving
+		if st := r.step(6, 12, true); st != stateUp {
+			t.Fatalf("at %v, delivering: %v, want up", r.now, st)
+		}
+	}
+	died := r.now
+	var suspectAt, downAt time.Duration
+	for range 20 {
+		switch st := r.step(6, 0, false); {
+		case st == stateSuspect && suspectAt == 0:
+			suspectAt = r.now - died
+		case st == stateDown:
+			downAt = r.now - died
+		}
+		if downAt != 0 {
+			break
+		}
+	}
+	if suspectAt == 0 || downAt == 0 {
+		t.Fatalf("dead busy link: suspect after %v, down after %v; want both", suspectAt, downAt)
+	}
+	// The probes alone: suspect after 300 ms of silence, down after 600 ms. The reports
+	// must beat both, by at least a report period.
+	if suspectAt >= rigSuspectAfter || downAt >= rigDownAfter-100*time.Millisecond {
+		t.Errorf("dead busy link: suspect after %v, down after %v; the probes alone would take %v and %v",
+			suspectAt, downAt, rigSuspectAfter, rigDownAfter)
+	}
+	if downAt-suspectAt < 100*time.Millisecond {
+		t.Errorf("down %v after suspect: want a second report in between", downAt-suspectAt)
+	}
+}
+
+// Probe replies do not lift a suspicion the reports raised (small probes can pass where
+// data does not), a report with data arriving does, and a link that went down on the
+// reports comes back on a probe reply with nothing held against it.
+func TestQuietSuspicionEndsOnlyWithData(t *testing.T) {
+	r := newQuietRig(t, 20*time.Millisecond)
+	for range 20 {
+		r.step(6, 12, true)
+	}
+	var st linkState
+	for st != stateSuspect {
+		st = r.step(6, 0, true) // probes answered, data lost
+		if r.now > 5*time.Second {
+			t.Fatal("a link losing all data was never suspected")
+		}
+	}
+	if st = r.step(0, 0, true); st != stateSuspect {
+		t.Fatalf("after a probe reply: %v, want still suspect", st)
+	}
+	if st = r.step(0, 3, true); st != stateUp {
+		t.Fatalf("after a report of data arriving: %v, want up", st)
+	}
+	for st != stateDown {
+		st = r.step(6, 0, true)
+		if r.now > 10*time.Second {
+			t.Fatal("a link losing all data never went down")
+		}
+	}
+	if st = r.step(0, 0, true); st != stateUp {
+		t.Fatalf("down link after a probe reply: %v, want up", st)
+	}
+	for range 10 { // idle now: nothing owed, nothing judged
+		if st = r.step(0, 0, true); st != stateUp {
+			t.Fatalf("idle link after coming back: %v at %v, want up", st, r.now)
+		}
+	}
+}
+
+// A slow link (two packets per report period, with two periods in a row delivering none
+// in every four: a stalling radio) and an idle one are never judged by the reports: a stray empty period owes
+// fewer than busyQuietPackets.
+func TestSlowAndIdleLinksAreLeftToTheProbes(t *testing.T) {
+	r := newQuietRig(t, 60*time.Millisecond)
+	for i := range 200 {
+		delivered := uint32(4)
+		if i%8 == 1 || i%8 == 3 { // two reports in a row of each four are empty (reports are odd steps)
+			delivered = 0
+		}
+		if st := r.step(1, delivered, true); st != stateUp {
+			t.Fatalf("slow link at %v: %v, want up", r.now, st)
+		}
+	}
+	for range 40 {
+		if st := r.step(0, 0, true); st != stateUp {
+			t.Fatalf("idle link at %v: %v, want up", r.now, st)
+		}
+	}
+}
+
+// The copies of one FEEDBACK (sendFeedback sends it on two links, with one timestamp)
+// count once: the late one is stale, not a report showing that nothing new arrived
+// although more was sent.
+func TestFeedbackCopiesAreNotQuietReports(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	l := s.addLink(LinkSpec{ID: 0, Name: "cable"}, func(*link, []byte) error { return nil })
+	t0 := time.Unix(1000, 0)
+	l.onReply(t0, 10*time.Millisecond)
+	var rx uint32
+	var prev wire.FeedbackBody
+	var prevStamp uint32
+	for i := range 20 {
+		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		l.txPkts.Add(12)
+		l.checkHealth(at.Add(-50*time.Millisecond), rigSuspectAfter, rigDownAfter) // the tick's mark
+		if i > 0 {
+			s.onFeedback(at.Add(-20*time.Millisecond), prevStamp, prev) // the last report's copy, 80 ms behind it
+			if n := l.quietReports(); n != 0 {
+				t.Fatalf("the copy of report %d: %d quiet reports, want 0", i-1, n)
+			}
+		}
+		rx += 12
+		prev = wire.FeedbackBody{Links: []wire.LinkReport{{LinkID: 0, RxPackets: rx, RxBytes: uint64(rx) * 1500}}}
+		prevStamp = uint32(at.Sub(t0)/time.Microsecond) + 1
+		s.onFeedback(at, prevStamp, prev)
+	}
+}
+
+// FEEDBACK goes on the two best links in the schedule: not suspect first, then lowest RTT.
+func TestFeedbackRoutes(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	t0 := time.Unix(1000, 0)
+	mk := func(id uint8, rtt time.Duration) *link {
+		l := s.addLink(LinkSpec{ID: id, Name: string(rune('a' + id))}, func(*link, []byte) error { return nil })
+		l.onReply(t0, rtt)
+		return l
+	}
+	a, b, c, d := mk(0, 30*time.Millisecond), mk(1, 10*time.Millisecond), mk(2, 20*time.Millisecond), mk(3, 5*time.Millisecond)
+	d.mu.Lock()
+	d.setState(stateDown)
+	d.mu.Unlock()
+	names := func() []string {
+		var n []string
+		for _, l := range feedbackRoutes(s.allLinks()) {
+			n = append(n, l.spec.Name)
+		}
+		return n
+	}
+	if got := names(); len(got) != 2 || got[0] != b.spec.Name || got[1] != c.spec.Name {
+		t.Fatalf("routes %v, want [b c] (lowest RTTs, the down link left out)", got)
+	}
+	b.mu.Lock()
+	b.setState(stateSuspect)
+	b.mu.Unlock()
+	if got := names(); len(got) != 2 || got[0] != c.spec.Name || got[1] != a.spec.Name {
+		t.Fatalf("routes %v with b suspect, want [c a]", got)
+	}
+}
+
+// A report that shows nothing new on any link is no verdict on one of them: the peer's
+// receiving stalled as a whole. The same silence next to a link that still delivers is.
+func TestAStalledPeerIsNoVerdict(t *testing.T) {
+	for _, otherDelivers := range []bool{false, true} {
+		s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+		a := s.addLink(LinkSpec{ID: 0, Name: "a"}, func(*link, []byte) error { return nil })
+		b := s.addLink(LinkSpec{ID: 1, Name: "b"}, func(*link, []byte) error { return nil })
+		t0 := time.Unix(1000, 0)
+		var rxA, rxB uint32
+		for i := range 10 {
+			at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+			a.onReply(at, 10*time.Millisecond)
+			b.onReply(at, 10*time.Millisecond)
+			for _, l := range []*link{a, b} {
+				l.txPkts.Add(12)
+				l.checkHealth(at.Add(-50*time.Millisecond), rigSuspectAfter, rigDownAfter)
+			}
+			if i < 5 {
+				rxA += 12
+			}
+			if i < 5 || otherDelivers {
+				rxB += 12
+			}
+			s.onFeedback(at, uint32(i+1)*100_000, wire.FeedbackBody{Links: []wire.LinkReport{
+				{LinkID: 0, RxPackets: rxA, RxBytes: uint64(rxA) * 1500},
+				{LinkID: 1, RxPackets: rxB, RxBytes: uint64(rxB) * 1500},
+			}})
+		}
+		// Probe replies keep coming on both: only the reports can take a out.
+		if down := !a.isUp(); down != otherDelivers {
+			t.Errorf("link a silent for 500 ms, link b delivering=%v: a down=%v", otherDelivers, down)
+		}
+	}
+}
