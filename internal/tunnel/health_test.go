@@ -144,3 +144,39 @@ func TestStaleFeedbackIsIgnored(t *testing.T) {
 		t.Errorf("capacity estimate %.3g bit/s after a stale report: the counters ran backwards", c)
 	}
 }
+
+// A link the peer's reports show our data arriving on is probed every busyProbeEvery
+// intervals; an idle one, or one in doubt, every interval.
+func TestBusyLinksAreProbedLessOften(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	l := s.addLink(LinkSpec{ID: 0, Name: "cable"}, func(*link, []byte) error { return nil })
+	const interval = 100 * time.Millisecond
+	t0 := time.Unix(1000, 0)
+	l.onReply(t0, 10*time.Millisecond)
+	var rx uint32
+	probes := func(ticks int, busy bool) (n int) {
+		for range ticks {
+			t0 = t0.Add(interval)
+			if busy {
+				rx += 10
+				l.onFeedback(t0.Add(-interval/2), uint32(t0.UnixMicro()), wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500}, true)
+			}
+			if l.probeDue(t0, interval) {
+				n++
+			}
+		}
+		return n
+	}
+	if n := probes(20, false); n != 20 {
+		t.Errorf("idle link: %d probes in 20 intervals, want 20", n)
+	}
+	if n := probes(20, true); n != 20/busyProbeEvery {
+		t.Errorf("busy link: %d probes in 20 intervals, want %d", n, 20/busyProbeEvery)
+	}
+	l.mu.Lock()
+	l.setState(stateSuspect)
+	l.mu.Unlock()
+	if n := probes(8, true); n != 8 {
+		t.Errorf("busy suspect link: %d probes in 8 intervals, want 8", n)
+	}
+}

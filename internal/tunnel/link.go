@@ -49,6 +49,7 @@ type link struct {
 	// Health (from probe replies) and estimation (from the peer's FEEDBACK), under mu.
 	mu        sync.Mutex
 	lastReply time.Time
+	lastProbe time.Time // when the tick last probed the link (probeDue)
 	// lastDelivered is when the peer last reported new data received on the link: a
 	// sign of life as good as a probe reply, and the only timely one from a slow link
 	// with a deep queue, whose probes wait behind its data (a scaled ADSL upstream with
@@ -511,6 +512,26 @@ func (l *link) isUp() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state.inSchedule()
+}
+
+// busyProbeEvery is how many probe intervals apart a busy link is probed.
+const busyProbeEvery = 4
+
+// probeDue reports whether the tick at now should probe the link: every probe interval
+// while it is idle, in doubt or not up yet; every busyProbeEvery intervals while the
+// peer's reports show our data arriving on it. Those reports prove a busy link alive and
+// find it dead sooner than its probes (quiet.go), while a probe and the peer's reply to
+// the peer's probe, each interval, took about 0.9 % of a 1.5 Mbit/s link in the
+// direction of the data: most of what the homogeneous lab scenario missed.
+func (l *link) probeDue(now time.Time, interval time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	busy := l.state == stateUp && now.Sub(l.lastDelivered) < 2*interval
+	if busy && now.Sub(l.lastProbe) < busyProbeEvery*interval-interval/2 {
+		return false
+	}
+	l.lastProbe = now
+	return true
 }
 
 // isSuspect reports whether the link is in doubt.

@@ -652,7 +652,9 @@ func (s *Session) tick(now time.Time) {
 	links := s.allLinks()
 	s.repeatLossNotices()
 	for _, l := range links {
-		s.sendProbe(l, 0)
+		if l.probeDue(now, s.cfg.Probe) {
+			s.sendProbe(l, 0)
+		}
 		if l.checkTrain(now) {
 			go s.sendTrain(l, longTrain)
 		} else if l.retryTrain(now) {
