@@ -84,7 +84,8 @@ type AQM struct {
 
 // Probe sets how often links are probed and when a silent one is declared down.
 type Probe struct {
-	// Interval between probes on each link, busy or idle.
+	// Interval between probes on each link, idle or in doubt (a busy one is probed
+	// every fourth interval); also how often each side reports what it received.
 	Interval time.Duration `yaml:"interval"`
 	// DownAfter is how long a link may stay silent before it is declared down and its
 	// traffic moves to the others.

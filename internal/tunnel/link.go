@@ -354,7 +354,8 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 			l.lastDelivered = now
 		}
 		cutoff := quietCutoff(now, time.Duration(l.rttNs), l.est.Rate())
-		if owed := l.quiet.onReport(cutoff, progress, othersDelivered); owed > 0 {
+		delivered := now.Add(-time.Duration(l.rttNs))
+		if owed := l.quiet.onReport(cutoff, delivered, now.Sub(l.prevAt), progress, othersDelivered); owed > 0 {
 			l.log.Debug("quiet report: no data arrived that was sent an RTT before", "owed_packets", owed,
 				"quiet_reports", l.quiet.reports, "cutoff_ago", now.Sub(cutoff), "since_delivered", now.Sub(l.lastDelivered))
 		}

@@ -9,9 +9,11 @@ package tunnel
 //
 // So each FEEDBACK is also a verdict on every busy link: if we had sent at least
 // busyQuietPackets packets on it, one smoothed RTT (plus a margin) before the report
-// arrived, beyond what earlier reports already covered, and the report shows nothing new
-// arriving, the report is quiet. One quiet report makes the link suspect, a second in a
-// row (about one report period later) takes it down. A link that delivers anything at
+// arrived, beyond what earlier reports already covered, half of them in the span the
+// report newly covers (we were still sending), and the report shows nothing new arriving
+// on it but data arriving on another link, the report is quiet. One quiet report makes
+// the link suspect, a second in a row (about one report period later, and again with
+// packets sent into the silence) takes it down. A link that delivers anything at
 // all in a report period is never quiet: a slow or deeply queued link still delivers
 // steadily, and an idle one has nothing owed; both are left to the probes.
 
@@ -73,24 +75,40 @@ func (q *quietWatch) sentBy(cutoff time.Time) (pkts uint64, ok bool) {
 
 // onReport judges one report: progress says whether it shows new data arriving on the
 // link, othersDelivered whether it shows some on another link; cutoff is the latest send
-// time whose packets it should cover. It returns how many packets the report owed when
-// it is quiet, 0 otherwise. A report with nothing new on any link is no verdict: the
-// peer's receiving may have stalled as a whole (a busy CPU), and a bond whose links all
-// died is the probes' to find.
-func (q *quietWatch) onReport(cutoff time.Time, progress, othersDelivered bool) (owed uint64) {
-	sent, ok := q.sentBy(cutoff)
+// time whose packets it should cover, and span how long since the last report. A report
+// with progress confirms what was sent up to delivered (an RTT before it came, without
+// the margin: generous, so that the next report owes only what followed). It returns
+// how many packets the report owed when it is quiet, 0 otherwise.
+//
+// Two silences are no verdict. A report with nothing new on any link: the peer's
+// receiving may have stalled as a whole (a busy CPU), and a bond whose links all died is
+// the probes' to find. And a link we hardly sent on in the span the report newly covers:
+// what it owes is then an old loss, such as the tail of a burst a full queue dropped
+// just before the flow ended (the homogeneous lab scenario took two healthy links down
+// five seconds after such a tail, when traffic resumed on the third); it also ends a
+// suspicion, since an idle link's silence says nothing either.
+func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, progress, othersDelivered bool) (owed uint64) {
 	if progress {
 		q.reports = 0
-		if ok {
+		if sent, ok := q.sentBy(delivered); ok {
 			q.confirmed = max(q.confirmed, sent)
 		}
 		return 0
 	}
-	if ok && othersDelivered && sent >= q.confirmed+busyQuietPackets {
-		q.reports++
-		return sent - q.confirmed
+	sent, ok := q.sentBy(cutoff)
+	before, okBefore := q.sentBy(cutoff.Add(-span))
+	if !ok || !okBefore || !othersDelivered {
+		return 0
 	}
-	return 0
+	if sent-before < busyQuietPackets/2 {
+		q.reports = 0
+		return 0
+	}
+	if sent < q.confirmed+busyQuietPackets { // also after reset, when older marks count less than confirmed
+		return 0
+	}
+	q.reports++
+	return sent - q.confirmed
 }
 
 // reset forgets what was owed when the link leaves the schedule: its packets now go
