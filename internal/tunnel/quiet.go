@@ -35,6 +35,11 @@ const quietMargin = 20 * time.Millisecond
 // transmission time.
 const maxQuietMargin = 500 * time.Millisecond
 
+// quietLapse is how many reports in a row whose span the link hardly carried anything
+// in lift a suspicion the reports raised: 0.5 s, by when the probes' own silence has
+// taken a dead link suspect (300 ms) and nearly down (600 ms).
+const quietLapse = 5
+
 // sentMarks is how many snapshots of a link's sent-packet count are kept, one per tick
 // and per report: with the default 100-ms probe interval about 1.6 s of history, more
 // than any RTT the margin would reach back over (a longer one is left to the probes).
@@ -53,6 +58,7 @@ type quietWatch struct {
 	n         int
 	confirmed uint64 // packets sent before the cutoff of the last report that showed progress
 	reports   int    // quiet reports in a row since then
+	idle      int    // reports in a row whose span we hardly sent in
 }
 
 // mark records the link's sent-packet count at now.
@@ -83,13 +89,13 @@ func (q *quietWatch) sentBy(cutoff time.Time) (pkts uint64, ok bool) {
 // Two silences are no verdict. A report with nothing new on any link: the peer's
 // receiving may have stalled as a whole (a busy CPU), and a bond whose links all died is
 // the probes' to find. And a link we hardly sent on in the span the report newly covers:
-// what it owes is then an old loss, such as the tail of a burst a full queue dropped
+// what it owes may be an old loss, such as the tail of a burst a full queue dropped
 // just before the flow ended (the homogeneous lab scenario took two healthy links down
-// five seconds after such a tail, when traffic resumed on the third); it also ends a
-// suspicion, since an idle link's silence says nothing either.
+// five seconds after such a tail, when traffic resumed on the third). quietLapse such
+// reports in a row end a suspicion: an idle link's silence says nothing.
 func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, progress, othersDelivered bool) (owed uint64) {
 	if progress {
-		q.reports = 0
+		q.reports, q.idle = 0, 0
 		if sent, ok := q.sentBy(delivered); ok {
 			q.confirmed = max(q.confirmed, sent)
 		}
@@ -101,9 +107,15 @@ func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, p
 		return 0
 	}
 	if sent-before < busyQuietPackets/2 {
-		q.reports = 0
+		// Hardly sent on: no verdict. A TCP flow that lost packets on a dying link
+		// slows down or waits for its retransmission timer, so the silence may go on
+		// past it and the suspicion stands; only a long idle spell lifts it.
+		if q.idle++; q.idle >= quietLapse {
+			q.reports = 0
+		}
 		return 0
 	}
+	q.idle = 0
 	if sent < q.confirmed+busyQuietPackets { // also after reset, when older marks count less than confirmed
 		return 0
 	}
@@ -114,7 +126,7 @@ func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, p
 // reset forgets what was owed when the link leaves the schedule: its packets now go
 // elsewhere, and a returning link starts with a clean slate.
 func (q *quietWatch) reset(sentNow uint64) {
-	q.confirmed, q.reports = sentNow, 0
+	q.confirmed, q.reports, q.idle = sentNow, 0, 0
 }
 
 // quietCutoff is the latest send time whose packets a report arriving at now should

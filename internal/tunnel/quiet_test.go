@@ -256,3 +256,36 @@ func TestATailLossIsNoVerdict(t *testing.T) {
 		t.Fatalf("5 s after a tail loss: %v, want up", st)
 	}
 }
+
+// A dying link's TCP flow slows down or waits for its retransmission timer, so a report
+// may find the link hardly used: no verdict, but the suspicion stands, and the report
+// after the sender resumes, into the silence, is the second verdict.
+func TestASenderStallKeepsTheSuspicion(t *testing.T) {
+	var q quietWatch
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var sent uint64
+	for ms := 0; ms <= 1200; ms += 50 {
+		if ms <= 600 || ms >= 900 { // 12 packets per 100 ms, none in 650..850 ms
+			sent += 6
+		}
+		q.mark(at(ms), sent)
+	}
+	const span = 100 * time.Millisecond
+	q.onReport(at(420), at(480), span, true, true) // data arriving up to about 480 ms; the link dies at 500
+	steps := []struct {
+		report, cutoff int
+		want           int
+	}{
+		{700, 620, 1},   // owes what was sent in 500..600 ms: suspect
+		{800, 720, 1},   // the sender stalled: no verdict, the suspicion stands
+		{900, 820, 1},   // still stalled
+		{1100, 1020, 2}, // sending again into the silence: down
+	}
+	for _, c := range steps {
+		q.onReport(at(c.cutoff), at(c.report-20), span, false, true)
+		if q.reports != c.want {
+			t.Fatalf("report at %d ms: %d quiet reports, want %d", c.report, q.reports, c.want)
+		}
+	}
+}
