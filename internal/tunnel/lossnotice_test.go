@@ -328,3 +328,50 @@ func TestSentLog(t *testing.T) {
 		}
 	}
 }
+
+// A suspect link's packets that lose the race to their copies are rejected as replays,
+// but the receiver still counts them on their link: otherwise the link would look as if
+// nothing arrived on it, and stay suspect (quiet.go).
+func TestLateTwinsCountOnTheirLink(t *testing.T) {
+	p := newPipePair(t)
+	p.step(0) // both links up
+	l1 := p.tx.link(1)
+	l1.mu.Lock()
+	l1.setState(stateSuspect)
+	l1.mu.Unlock()
+	p.tx.refreshSchedule()
+	p.send(20)
+	// The copies (on link 0) overtake the originals (on link 1).
+	p.mu.Lock()
+	var first, later []queued
+	for _, q := range p.queue {
+		if h, err := parseDatagram(q.pkt); err == nil && h.Type == wire.TypeData && h.LinkID == 1 {
+			later = append(later, q)
+		} else {
+			first = append(first, q)
+		}
+	}
+	p.queue = nil
+	p.mu.Unlock()
+	sent := l1.txPkts.Load()
+	replays := 0
+	for _, q := range append(first, later...) {
+		h, _ := parseDatagram(q.pkt)
+		if reason, ok := q.to.receive(&h, q.pkt, netip.AddrPort{}, p.clk, 0); !ok {
+			if reason != wire.ReasonReplay {
+				t.Fatalf("%s datagram rejected: %v", h.Type, reason)
+			}
+			replays++
+		}
+	}
+	p.mu.Lock()
+	p.queue = nil
+	p.mu.Unlock()
+	if sent == 0 || replays != len(later) {
+		t.Fatalf("setup: %d packets sent on the suspect link, %d of them rejected as replays, want all", sent, replays)
+	}
+	rx := p.rx.link(1).rx.report(1)
+	if uint64(rx.RxPackets) != sent || rx.Lost != 0 {
+		t.Fatalf("the suspect link carried %d packets; its receiver counts %d arrived, %d lost", sent, rx.RxPackets, rx.Lost)
+	}
+}

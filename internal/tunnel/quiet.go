@@ -103,7 +103,7 @@ func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, p
 	}
 	sent, ok := q.sentBy(cutoff)
 	before, okBefore := q.sentBy(cutoff.Add(-span))
-	if !ok || !okBefore || !othersDelivered {
+	if !ok || !okBefore {
 		return 0
 	}
 	if sent-before < busyQuietPackets/2 {
@@ -116,6 +116,9 @@ func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, p
 		return 0
 	}
 	q.idle = 0
+	if !othersDelivered {
+		return 0
+	}
 	if sent < q.confirmed+busyQuietPackets { // also after reset, when older marks count less than confirmed
 		return 0
 	}

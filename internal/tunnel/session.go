@@ -452,6 +452,11 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 	}
 	if h.Type == wire.TypeData {
 		if !k.acceptData(h.Seq) {
+			// Mostly the later of a suspect link's packet and its copy. It did cross
+			// its link, and the link's accounting must show that: a suspect link whose
+			// copies won every race looked to the sender as if nothing arrived on it,
+			// and stayed suspect for good (quiet.go), its packets counted lost.
+			l.rx.account(h, len(pkt)+28, clock.Micros32(clock.Nanos()), now, s.fp == nil)
 			return wire.ReasonReplay, false
 		}
 	} else {
