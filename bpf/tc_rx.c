@@ -97,8 +97,9 @@ struct {
 	__type(value, __u64);
 } rx_verdicts SEC(".maps");
 
-/* What BPF delivered per session and link; entries are created by BPF on a
- * link's first delivered packet and deleted by the daemon with the session. */
+/* What arrived per session and link, delivered by BPF or dropped as a late
+ * twin; entries are created by BPF on a link's first such packet and deleted
+ * by the daemon with the session. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, AGGD_FP_MAX_SESSIONS * AGGD_FP_MAX_LINKS);
@@ -162,7 +163,8 @@ static __always_inline int rx_check_body(const __u8 *b, __u32 body_len, int *is_
 	return -1;
 }
 
-/* Count a delivered packet for its session and link. Several CPUs may
+/* Count a packet that arrived on its link (delivered, or dropped as a late
+ * twin) for its session and link. Several CPUs may
  * deliver for the same link at once: the sums are atomic; the latest-packet
  * fields are plain stores, so with a race either packet's values win. */
 static __always_inline void rx_link_account(__be32 session, __u8 link_id, __u32 link_seq, __u32 tstamp,
@@ -309,6 +311,11 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	case AGGD_ORDER_DELIVER:
 		break;
 	case AGGD_ORDER_DROP_OLD:
+		/* Mostly the later of a suspect link's packet and its copy: it
+		 * did cross its link, and the link's accounting must say so, or
+		 * the sender sees nothing arrive on a link whose copies win every
+		 * race and keeps it suspect (internal/tunnel/quiet.go). */
+		rx_link_account(session, link_id, link_seq, tstamp, body_len);
 		return rx_count(AGGD_FP_RX_DROP_OLD), TC_ACT_SHOT;
 	case AGGD_ORDER_GAP:
 		return rx_count(AGGD_FP_RX_GAP), TC_ACT_OK;

@@ -272,12 +272,13 @@ func (l *link) onReply(now time.Time, rtt time.Duration) (was linkState) {
 // checkHealth moves a silent link (no probe reply, and no report from the peer of new
 // data received on it) to suspect after suspectAfter (or three smoothed RTTs, whichever
 // is longer, so that a deep but working queue is not suspected) and to down after
-// downAfter (or twice the suspicion time, whichever is longer); a busy link the peer's
-// reports show data stopped arriving on goes suspect at the first such report and down
-// at the second (quiet.go); a suspect link the peer reports data from again is up. It
-// returns the new state, whether it changed, and whether the reports (not the probes'
-// silence) decided it.
-func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration) (state linkState, changed, byReports bool) {
+// downAfter (or twice the suspicion time, whichever is longer). A busy link the peer's
+// reports show data stopped arriving on (quiet.go) goes suspect at the first such report
+// and down at the second, or as soon as its probes have been silent for the suspicion
+// time too: two signals agree (a TCP flow that stalled after its losses may send too
+// little for a second report). A suspect link the peer reports data from again is up.
+// It returns the new state, whether it changed, and why.
+func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration) (state linkState, changed bool, cause healthCause) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.quiet.mark(now, l.txPkts.Load())
@@ -293,17 +294,45 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 	quiet := l.quiet.reports
 	old := l.state
 	switch {
-	case old.inSchedule() && (silent > downAfter || quiet >= 2):
+	case old.inSchedule() && silent > downAfter:
 		l.setState(stateDown)
-		l.quiet.reset(l.txPkts.Load())
-		byReports = silent <= downAfter
-	case old == stateUp && (silent > suspectAfter || quiet >= 1):
+		cause = causeSilence
+	case old.inSchedule() && quiet >= 2:
+		l.setState(stateDown)
+		cause = causeReports
+	case old.inSchedule() && quiet >= 1 && silent > suspectAfter:
+		l.setState(stateDown)
+		cause = causeReportsAndSilence
+	case old == stateUp && silent > suspectAfter:
 		l.setState(stateSuspect)
-		byReports = silent <= suspectAfter
+		cause = causeSilence
+	case old == stateUp && quiet >= 1:
+		l.setState(stateSuspect)
+		cause = causeReports
 	case old == stateSuspect && silent <= suspectAfter && quiet == 0:
 		l.setState(stateUp) // the peer reports our data arriving again
 	}
-	return l.state, l.state != old, byReports
+	if l.state == stateDown && old != stateDown {
+		l.quiet.reset(l.txPkts.Load())
+	}
+	return l.state, l.state != old, cause
+}
+
+// healthCause says what moved a link to suspect or down.
+type healthCause uint8
+
+const (
+	causeSilence           healthCause = iota // no probe reply (nor data reported) for the time
+	causeReports                              // the peer's reports show its data stopped arriving
+	causeReportsAndSilence                    // both, the probes for the suspicion time
+)
+
+func (c healthCause) String() string {
+	return [...]string{
+		"no probe reply",
+		"the peer's reports show data sent on it stopped arriving",
+		"the peer's reports show data sent on it stopped arriving, and probe replies stopped",
+	}[c]
 }
 
 // quietReports is how many of the peer's reports in a row showed the link's data

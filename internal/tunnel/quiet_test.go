@@ -289,3 +289,21 @@ func TestASenderStallKeepsTheSuspicion(t *testing.T) {
 		}
 	}
 }
+
+// A link suspect on the reports goes down as soon as its probes have been silent for the
+// suspicion time as well, without waiting for a second report (its TCP flow stalled and
+// sent nothing more) or for down_after.
+func TestReportsAndProbeSilenceTogetherTakeALinkDown(t *testing.T) {
+	r := newQuietRig(t, 20*time.Millisecond)
+	for range 20 {
+		r.step(6, 12, true)
+	}
+	died := r.now
+	r.step(12, 0, false) // the last burst, lost; then the sender waits
+	var st linkState
+	for st != stateDown {
+		if st = r.step(0, 0, false); r.now-died > rigDownAfter {
+			t.Fatalf("%v after the death, silent and suspect on the reports: %v, want down before down_after", r.now-died, st)
+		}
+	}
+}

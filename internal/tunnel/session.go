@@ -681,22 +681,18 @@ func (s *Session) tick(now time.Time) {
 // checkLinkHealth moves l through its health states (link.checkHealth) and acts on a
 // change: a link gone down has its share moved and its lost packets named to the peer.
 func (s *Session) checkLinkHealth(l *link, now time.Time) {
-	state, changed, byReports := l.checkHealth(now, 3*s.cfg.Probe, s.cfg.DownAfter)
+	state, changed, cause := l.checkHealth(now, 3*s.cfg.Probe, s.cfg.DownAfter)
 	if !changed {
 		return
-	}
-	cause := "no probe reply"
-	if byReports {
-		cause = "the peer's reports show data sent on it stopped arriving"
 	}
 	switch state {
 	case stateUp:
 		l.log.Info("link no longer suspect: the peer reports our data arriving on it")
 	case stateSuspect:
-		l.log.Warn("link suspect: copying its traffic to another link", "cause", cause)
+		l.log.Warn("link suspect: copying its traffic to another link", "cause", cause.String())
 	case stateDown:
 		noticed := s.reassign(l)
-		l.log.Warn("link down", "cause", cause, "down_after", s.cfg.DownAfter, "loss_notice_seqs", noticed)
+		l.log.Warn("link down", "cause", cause.String(), "down_after", s.cfg.DownAfter, "loss_notice_seqs", noticed)
 	}
 	s.schedDue.Store(true)
 }
