@@ -288,20 +288,20 @@ func (e *Estimator) Update(s Sample) {
 		e.phase = PhaseDrain
 		e.liftCapacity(delivered)
 		if !e.startup && e.kf.valid() {
-			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.drainExcess(s)))
+			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue)))
 		}
 	case saturated && s.Packets >= MinSamplePackets:
 		// Standing queue: the bottleneck never idled, so it delivered its capacity.
 		e.phase, e.startup, e.trained = PhaseDrain, false, false
 		e.kf.update(delivered)
-		e.rate = e.kf.x * drainFactor(e.drainExcess(s))
+		e.rate = e.kf.x * drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue))
 	case saturated:
 		// A queue, but on too few packets to measure a rate by (a slow link in a short
 		// period, or a lone probe that waited for a busy host): the capacity estimate
 		// stays; the rate drains all the same.
 		e.phase = PhaseDrain
 		if e.kf.valid() {
-			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.drainExcess(s)))
+			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue)))
 		}
 	case sent >= loadedFrac*e.rate && delivered < policedFrac*sent:
 		// Loaded, no queue, yet much of it vanished, two periods running: a policer (or
@@ -406,15 +406,6 @@ func (e *Estimator) given() float64 {
 		return e.rate / 2
 	}
 	return e.rate
-}
-
-// drainExcess is how far the link's queue stands above the target, or above the least
-// queue of the bond's links if that is higher, beyond half the link's own delay noise
-// (the tolerance saturated uses too): a difference within the noise moves no traffic.
-// (Without the tolerance, three equal links with 9–11 ms of jitter each were assumed
-// 0.988–0.990 of their capacity on average, and carried 0.984 of their rate.)
-func (e *Estimator) drainExcess(s Sample) time.Duration {
-	return e.queue - max(e.cfg.QueueTarget, s.LeastQueue) - s.Jitter/2
 }
 
 // drainFactor is the fraction of capacity to assume for a link whose queue is excess

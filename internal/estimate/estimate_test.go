@@ -357,33 +357,3 @@ func TestTrickleWithQueueKeepsTheCapacity(t *testing.T) {
 		t.Errorf("after 2 s of a 0.06 Mbit/s trickle with a 15 ms queue the capacity is %.2f Mbit/s, want the train's 3", c/1e6)
 	}
 }
-
-// A saturated link whose queue stands above the bond's least queue by less than half its
-// own delay noise is assumed at its capacity: such a difference is jitter, and draining
-// it only paced the bond below what its links carry (three equal jittery links were
-// assumed 0.99 of their capacity and carried 0.984 of their rate). A larger excess
-// still drains.
-func TestQueueDifferencesWithinTheJitterDrainNothing(t *testing.T) {
-	for _, c := range []struct {
-		queue, least, jitter time.Duration
-		drains               bool
-	}{
-		{16 * time.Millisecond, 12 * time.Millisecond, 10 * time.Millisecond, false},
-		{16 * time.Millisecond, 12 * time.Millisecond, 0, true},
-		{30 * time.Millisecond, 12 * time.Millisecond, 10 * time.Millisecond, true},
-	} {
-		e := New(Config{Prior: 10e6, QueueTarget: 10 * time.Millisecond})
-		b := uint64(10e6 / 8 / 10) // 10 Mbit/s for 100 ms: saturated, all delivered
-		for range 20 {
-			e.Update(Sample{Interval: simPeriod, Delivered: b, Packets: uint32(b / simPacket), Sent: b,
-				Queue: c.queue, HaveQueue: true, LeastQueue: c.least, MostQueue: c.queue, Jitter: c.jitter})
-		}
-		if e.Phase() != PhaseDrain {
-			t.Fatalf("%+v: phase %v, want drain (a standing queue above the target)", c, e.Phase())
-		}
-		if drains := e.Rate() < 0.999*e.Capacity(); drains != c.drains {
-			t.Errorf("queue %v, least %v, jitter %v: rate %.3f of capacity, want draining=%v",
-				c.queue, c.least, c.jitter, e.Rate()/e.Capacity(), c.drains)
-		}
-	}
-}
