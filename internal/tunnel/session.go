@@ -584,19 +584,24 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 	if s.fp != nil {
 		s.mergeFastTx(s.allLinks())
 	}
+	// Which links the report shows data arriving on, each judged once: a link's quiet
+	// counts only next to another that delivers (quiet.go).
+	links := make([]*link, len(body.Links))
+	progress := make([]bool, len(body.Links))
 	delivering := 0
-	for _, r := range body.Links {
-		if fl := s.link(r.LinkID); fl != nil && fl.delivering(r) {
+	for i, r := range body.Links {
+		if links[i] = s.link(r.LinkID); links[i] != nil && links[i].delivering(r) {
+			progress[i] = true
 			delivering++
 		}
 	}
-	for _, r := range body.Links {
-		fl := s.link(r.LinkID)
+	for i, r := range body.Links {
+		fl := links[i]
 		if fl == nil {
 			continue
 		}
 		others := delivering
-		if fl.delivering(r) {
+		if progress[i] {
 			others--
 		}
 		smp, ok := fl.onFeedback(now, peerTime, r, others > 0)
@@ -617,8 +622,8 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 	}
 	// A report that shows a busy link's data stopped arriving acts now, not at the
 	// next tick (quiet.go).
-	for _, r := range body.Links {
-		if fl := s.link(r.LinkID); fl != nil && fl.quietReports() > 0 {
+	for _, fl := range links {
+		if fl != nil && fl.quietReports() > 0 {
 			s.checkLinkHealth(fl, now)
 		}
 	}
