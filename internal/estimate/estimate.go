@@ -287,7 +287,18 @@ func (e *Estimator) Update(s Sample) {
 	case saturated && appLimited:
 		e.phase = PhaseDrain
 		e.liftCapacity(delivered)
-		if !e.startup && e.kf.valid() {
+		switch {
+		case e.startup:
+			// Startup goes on, but its rate comes back to the most the link has been
+			// seen to deliver: a doubling can overshoot to startupCeiling times that,
+			// and a sender that then gives the link a little less than loadedFrac of
+			// half the overshot rate makes every sample look app-limited, however much
+			// the link queues. (In CI's e2e test a 30 Mbit/s link stayed assumed at 77
+			// for a whole transfer, and the bond fell below its best link.) If the
+			// queue was real, the next sample is loaded at this rate and ends startup;
+			// if it was jitter, the next loaded one without a queue doubles again.
+			e.rate = math.Min(e.rate, e.kf.x)
+		case e.kf.valid():
 			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue)))
 		}
 	case saturated && s.Packets >= MinSamplePackets:

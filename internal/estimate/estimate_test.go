@@ -357,3 +357,30 @@ func TestTrickleWithQueueKeepsTheCapacity(t *testing.T) {
 		t.Errorf("after 2 s of a 0.06 Mbit/s trickle with a 15 ms queue the capacity is %.2f Mbit/s, want the train's 3", c/1e6)
 	}
 }
+
+// A startup doubling can overshoot to startupCeiling times what the link delivered.
+// If the sender then gives the link less than loadedFrac of half that rate, every
+// sample looks app-limited, even while the link stands clearly above the others' queue:
+// twice, in CI's e2e test, a 30 Mbit/s link stayed assumed at 77 for the whole transfer,
+// the split went wrong and the bond fell below its best link. A standing queue on an
+// overshot link must bring the rate back to what the link has shown it delivers.
+func TestOvershotStartupComesBackOnAQueue(t *testing.T) {
+	const capacity = 25e6
+	e := New(Config{})
+	smp := func(sent, delivered float64, queue, jitter time.Duration) Sample {
+		b := uint64(delivered / 8 / 10)
+		return Sample{Interval: simPeriod, Delivered: b, Packets: uint32(b / simPacket), Sent: uint64(sent / 8 / 10),
+			Queue: queue, HaveQueue: true, LeastQueue: time.Microsecond, MostQueue: queue, Jitter: jitter}
+	}
+	for e.Rate() < 2*capacity { // loaded, no queue: doubling, the last one capped
+		e.Update(smp(e.Rate(), math.Min(e.Rate(), capacity), 0, 0))
+	}
+	t.Logf("startup overshot to %.2f Mbit/s on a %.2f Mbit/s link", e.Rate()/1e6, capacity/1e6)
+	for range 6 { // the sender gives it a little below capacity; 2.3 ms above the others' queue
+		e.Update(smp(0.96*capacity, 0.96*capacity, 2300*time.Microsecond, 2*time.Millisecond))
+	}
+	if e.Rate() > 1.1*capacity {
+		t.Errorf("after 6 samples with a queue 2.3 ms above the others', rate %.2f Mbit/s on a %.2f Mbit/s link (phase %v, startup %v)",
+			e.Rate()/1e6, capacity/1e6, e.Phase(), e.InStartup())
+	}
+}
