@@ -20,7 +20,8 @@
  *     links with bpf_redirect_neigh via the gateway, L3 links with
  *     bpf_redirect. The copy leaves first, through bpf_clone_redirect.
  * Every packet is counted in tx_verdicts; packets the fast path sent also
- * per session and link in tx_link_stats.
+ * per session and link in tx_link_stats, and those without a copy in the
+ * link's tx_sent_log (for the daemon's loss notices).
  *
  * The redundant copy, as the Go side's Session.SendData: the original on the
  * chosen link with flags 0, the copy on the other link with
@@ -130,6 +131,19 @@ struct {
 	__type(value, struct aggd_fp_link_counts);
 } tx_link_stats SEC(".maps");
 
+/*
+ * Slot * AGGD_FP_MAX_LINKS + link slot -> the link's sent log. The daemon
+ * creates an entry per link it programs (and deletes them with the session);
+ * BPF only writes into entries that exist.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, AGGD_FP_MAX_SESSIONS * AGGD_FP_MAX_LINKS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct aggd_fp_sent_log);
+} tx_sent_log SEC(".maps");
+
 static __always_inline void tx_count(enum aggd_fp_tx_verdict v)
 {
 	__u32 key = v;
@@ -157,6 +171,16 @@ static __always_inline void tx_count_link(__u32 slot, int link, __u32 inner_len,
 	c->bytes += inner_len;
 	if (copy)
 		c->copies += 1;
+}
+
+/* Log that the packet on link carried seq as its link_seq (tx_sent_log). */
+static __always_inline void tx_log_sent(__u32 slot, int link, __u32 link_seq, __u32 seq)
+{
+	__u32 key = slot * AGGD_FP_MAX_LINKS + ((__u32)link & AGGD_FP_SLOT_MASK);
+	struct aggd_fp_sent_log *lg = bpf_map_lookup_elem(&tx_sent_log, &key);
+
+	if (lg)
+		lg->entry[link_seq & (AGGD_FP_SENT_LOG - 1)] = ((__u64)link_seq << 32) | seq;
 }
 
 /*
@@ -431,6 +455,8 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	tx_count_link(slot, best, inner_len, 0);
 	if (sent_copy)
 		tx_count_link(slot, dup, inner_len, 1);
+	if (dup < 0)
+		tx_log_sent(slot, best, seq_a, seq);
 
 	if (la->flags & AGGD_FP_LINK_ETHERNET) {
 		struct bpf_redir_neigh nh = {

@@ -96,6 +96,19 @@ struct aggd_fp_tx_seq {
 	__u64 link_seq[AGGD_FP_MAX_LINKS]; /* indexed like aggd_fp_tx_session.links */
 };
 
+/*
+ * tx_sent_log value (key: slot * AGGD_FP_MAX_LINKS + link slot): which global
+ * sequence number each recent packet on the link carried, for the loss notice
+ * the daemon sends when the link goes down. Entry link_seq % AGGD_FP_SENT_LOG
+ * holds (link_seq << 32) | seq, written in one 8-byte store, so the daemon
+ * reads an entry whole and knows from its link_seq whether it is current.
+ * Packets sent with a redundant copy are not written (the copy may arrive).
+ */
+#define AGGD_FP_SENT_LOG 1024 /* a power of two */
+struct aggd_fp_sent_log {
+	__u64 entry[AGGD_FP_SENT_LOG];
+};
+
 /* tx_sched value (key: slot): the earliest-expected-arrival bookkeeping,
  * BPF only. */
 struct aggd_fp_tx_sched {
@@ -216,6 +229,7 @@ _Static_assert(sizeof(struct aggd_fp_tx_link) == 40, "tx link is 40 bytes");
 _Static_assert(sizeof(struct aggd_fp_tx_session) == 32 + 40 * AGGD_FP_MAX_LINKS, "tx session layout");
 _Static_assert(__builtin_offsetof(struct aggd_fp_tx_session, links) == 32, "links at 32");
 _Static_assert(sizeof(struct aggd_fp_tx_seq) == 8 + 8 * AGGD_FP_MAX_LINKS, "tx seq layout");
+_Static_assert((AGGD_FP_SENT_LOG & (AGGD_FP_SENT_LOG - 1)) == 0, "sent log size is a power of two");
 _Static_assert(sizeof(struct aggd_fp_tx_sched) == 8 + 8 * AGGD_FP_MAX_LINKS, "tx sched layout");
 _Static_assert(sizeof(struct aggd_fp_rx_order) == 32, "rx order is 32 bytes");
 _Static_assert(sizeof(struct aggd_fp_rx_link_stats) == 32, "rx link stats is 32 bytes");

@@ -21,6 +21,9 @@ const (
 	MaxTxLinks = 8
 	// MaxTxSessions is how many sessions it serves; slots are 0 to MaxTxSessions-1.
 	MaxTxSessions = 1024
+	// SentLogSize is how many of a link's most recent packets its sent log holds
+	// (AGGD_FP_SENT_LOG).
+	SentLogSize = 1024
 )
 
 // TxVerdicts names the transmit fast path's counters, indexed like enum
@@ -310,7 +313,74 @@ func (t *Tx) DeleteSession(slot uint32) error {
 	if err := t.objs.TxSched.Delete(slot); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete tx session %d: scheduler state: %w", slot, err)
 	}
+	for i := range MaxTxLinks {
+		if err := t.objs.TxSentLog.Delete(sentLogKey(slot, i)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete tx session %d: sent log of link slot %d: %w", slot, i, err)
+		}
+	}
 	return nil
+}
+
+// Sent logs (tx_sent_log): which global sequence number each recent packet the
+// fast path sent on a link carried, so that the daemon can name them in a loss
+// notice when the link goes down. Entry k of a log holds link_seq<<32 | seq for
+// the newest packet whose link_seq % SentLogSize is k.
+
+// SentEntry is one logged packet: its link and global sequence numbers.
+type SentEntry struct{ LinkSeq, Seq uint32 }
+
+func sentLogKey(slot uint32, i int) uint32 { return slot*MaxTxLinks + uint32(i) }
+
+// EnableSentLog creates the sent log of link slot i of the session in slot, if
+// it has none: from then on the program logs the link's packets that it sends
+// without a copy. A new log holds no entry any link sequence number near the
+// session's start matches.
+func (t *Tx) EnableSentLog(slot uint32, i int) error {
+	if slot >= MaxTxSessions || i < 0 || i >= MaxTxLinks {
+		return fmt.Errorf("enable sent log: slot %d, link slot %d out of range", slot, i)
+	}
+	var v fptxAggdFpSentLog
+	for k := range v.Entry {
+		v.Entry[k] = uint64(uint32(k)|0x80000000) << 32 // half the number space away from 0
+	}
+	err := t.objs.TxSentLog.Update(sentLogKey(slot, i), &v, ebpf.UpdateNoExist)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+		return fmt.Errorf("enable sent log of session %d, link slot %d: %w", slot, i, err)
+	}
+	return nil
+}
+
+// SentOn returns the logged packets of link slot i of the session in slot whose
+// link sequence numbers follow after, up to and including through, in link
+// order. missing counts the numbers in that span the log has no entry for:
+// packets sent with a copy, sent by the daemon, or overwritten (more than
+// SentLogSize in the span), or whose entry a CPU is still writing.
+func (t *Tx) SentOn(slot uint32, i int, after, through uint32) (sent []SentEntry, missing int, err error) {
+	if slot >= MaxTxSessions || i < 0 || i >= MaxTxLinks {
+		return nil, 0, fmt.Errorf("sent log: slot %d, link slot %d out of range", slot, i)
+	}
+	var v fptxAggdFpSentLog
+	if err := t.objs.TxSentLog.Lookup(sentLogKey(slot, i), &v); err != nil {
+		return nil, 0, fmt.Errorf("sent log of session %d, link slot %d: %w", slot, i, err)
+	}
+	span := through - after // numbers after+1 .. through, modulo 2^32
+	if span > 1<<31 {
+		return nil, 0, nil // through is not after after: nothing in between
+	}
+	first := after + 1
+	if span > SentLogSize {
+		missing += int(span - SentLogSize)
+		first = through - SentLogSize + 1
+	}
+	for ls := first; ls != through+1; ls++ {
+		e := v.Entry[ls%SentLogSize]
+		if uint32(e>>32) != ls {
+			missing++
+			continue
+		}
+		sent = append(sent, SentEntry{LinkSeq: ls, Seq: uint32(e)})
+	}
+	return sent, missing, nil
 }
 
 // SessionSlots lists the slots that hold a session.

@@ -718,6 +718,11 @@ func TestTxSuspectCopy(t *testing.T) {
 		q.Set(77)
 		q.SetLink(0, 10)
 		q.SetLink(1, 20)
+		for i := range 2 {
+			if err := tx.EnableSentLog(12, i); err != nil {
+				t.Fatal(err)
+			}
+		}
 
 		inner := inner4(netip.MustParseAddr("8.8.8.8"), 200)
 		ret, out := runTx(t, tx, frameOf(inner), nil)
@@ -738,7 +743,77 @@ func TestTxSuspectCopy(t *testing.T) {
 		if q.Peek() != 78 || q.PeekLink(0) != 11 || q.PeekLink(1) != 21 || q.PeekLink(2) != 0 {
 			t.Errorf("numbers after one suspect packet: %d %d %d %d", q.Peek(), q.PeekLink(0), q.PeekLink(1), q.PeekLink(2))
 		}
+		// A packet with a copy is in neither link's sent log: the other may still
+		// deliver it, so no loss notice may name it.
+		for i, ls := range []uint32{10, 20} {
+			if sent, missing, err := tx.SentOn(12, i, ls-1, ls); err != nil || len(sent) != 0 || missing != 1 {
+				t.Errorf("sent log of link slot %d: %v, %d missing, %v; want the copied packet unlogged", i, sent, missing, err)
+			}
+		}
 	})
+}
+
+// The transmit program logs, per link with a sent log, which global sequence
+// number each packet carried under its link sequence number, across the wrap of
+// the link numbers; a link without a log is not logged, and a span longer than
+// the log reports what it lost.
+func TestTxSentLog(t *testing.T) {
+	tx := loadTxT(t)
+	setTxSession(t, tx, 5, TxSession{Enabled: true, PeerIndex: 5, KeyID: 1, Key: testKey, MTU: 1500,
+		Links: []TxLink{l3Link(1, 10e6), l3Link(2, 10e6)}})
+	setTxRoute(t, tx, "0.0.0.0/0", 5)
+	if err := tx.EnableSentLog(5, 0); err != nil {
+		t.Fatal(err)
+	}
+	q := txSeq(t, tx, 5)
+	q.Set(1000)
+	q.SetLink(0, 0xfffffff0) // 16 numbers before the wrap
+	q.SetLink(1, 0)
+
+	if sent, missing, err := tx.SentOn(5, 0, 0xffffffef, 0xfffffff5); err != nil || len(sent) != 0 || missing != 6 {
+		t.Fatalf("fresh log: %v, %d missing, %v; want nothing logged, 6 missing", sent, missing, err)
+	}
+	var want []SentEntry
+	frame := frameOf(inner4(netip.MustParseAddr("8.8.8.8"), 200))
+	for range 60 {
+		ret, out := runTx(t, tx, frame, nil)
+		if ret != tcActRedirect {
+			t.Fatalf("verdict %d; counters %v", ret, txVerdicts(t, tx))
+		}
+		h, err := wire.ParseHeader(out[14+20+8:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.LinkID == 1 {
+			want = append(want, SentEntry{LinkSeq: h.LinkSeq, Seq: h.Seq})
+		}
+	}
+	if len(want) < 20 || want[len(want)-1].LinkSeq > 100 {
+		t.Fatalf("link 1 carried %d packets up to link number %d; the test wants it to cross the wrap", len(want), want[len(want)-1].LinkSeq)
+	}
+	last := q.PeekLink(0) - 1
+	sent, missing, err := tx.SentOn(5, 0, 0xfffffff0-1, last)
+	if err != nil || missing != 0 || !slices.Equal(sent, want) {
+		t.Errorf("log of link 1: %v, %d missing, %v\nwant %v", sent, missing, err, want)
+	}
+	if sent, _, _ := tx.SentOn(5, 0, want[4].LinkSeq, want[6].LinkSeq); !slices.Equal(sent, want[5:7]) {
+		t.Errorf("log of link 1 after %d through %d: %v, want %v", want[4].LinkSeq, want[6].LinkSeq, sent, want[5:7])
+	}
+	if sent, missing, _ := tx.SentOn(5, 0, last, last); len(sent) != 0 || missing != 0 {
+		t.Errorf("empty span: %v, %d missing", sent, missing)
+	}
+	if sent, missing, _ := tx.SentOn(5, 0, last-SentLogSize-10, last); missing != SentLogSize+10-len(want) || !slices.Equal(sent, want) {
+		t.Errorf("a span of %d numbers, %d of them logged: %d missing, want %d", SentLogSize+10, len(want), missing, SentLogSize+10-len(want))
+	}
+	if _, _, err := tx.SentOn(5, 1, 0, 5); err == nil {
+		t.Error("link slot 1 has no sent log, yet SentOn found one")
+	}
+	if err := tx.DeleteSession(5); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := tx.SentOn(5, 0, 0, 5); err == nil {
+		t.Error("the sent log outlived its session")
+	}
 }
 
 func vethPair(t *testing.T, a, b string) (netlink.Link, netlink.Link) {
@@ -875,6 +950,7 @@ func TestTxMapLayout(t *testing.T) {
 			"tx_seq":        {4, txSeqSize, MaxTxSessions},
 			"tx_verdicts":   {4, 8, uint32(len(TxVerdicts))},
 			"tx_link_stats": {4, 32, MaxTxSessions * MaxTxLinks},
+			"tx_sent_log":   {4, 8 * SentLogSize, MaxTxSessions * MaxTxLinks},
 		})
 	}
 }

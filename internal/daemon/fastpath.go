@@ -261,6 +261,9 @@ func (s *fpSession) Program(st tunnel.TxState) {
 		for len(ts.Links) <= i {
 			ts.Links = append(ts.Links, bpf.TxLink{})
 		}
+		if err := s.f.tx.EnableSentLog(s.slot, i); err != nil {
+			s.warn("fast path: no sent log for a link; a loss notice for it names only what the daemon sent", "link", l.ID, "err", err)
+		}
 		tl, err := s.f.resolveLink(l)
 		if err != nil {
 			s.warn("fast path: link not usable by the kernel; its packets take the slow path", "link", l.ID, "err", err)
@@ -388,6 +391,20 @@ func (s *fpSession) TxDelta() map[uint8]tunnel.TxDelta {
 		s.prevTx[i] = c
 	}
 	return out
+}
+
+// SentOn implements tunnel.SessionPath.
+func (s *fpSession) SentOn(id uint8, after, through uint32) ([]tunnel.SentEntry, bool) {
+	got, _, err := s.f.tx.SentOn(s.slot, s.slotOf(id), after, through)
+	if err != nil {
+		s.warn("fast path: cannot read a link's sent log; its loss notice names only what the daemon sent", "link", id, "err", err)
+		return nil, false
+	}
+	out := make([]tunnel.SentEntry, len(got))
+	for i, e := range got {
+		out[i] = tunnel.SentEntry{LinkSeq: e.LinkSeq, Seq: e.Seq}
+	}
+	return out, through-after <= bpf.SentLogSize
 }
 
 func (s *fpSession) Close() {

@@ -45,6 +45,12 @@ type SessionPath interface {
 	// good. restart as for OnData.
 	Resync() (restart bool, next uint32)
 
+	// SentOn returns what the kernel logged of the packets it sent on link id without
+	// a copy, for the link sequence numbers after after through through, in link order
+	// (for the loss notice when the link goes down). complete is false if the span is
+	// longer than the kernel's log.
+	SentOn(id uint8, after, through uint32) (sent []SentEntry, complete bool)
+
 	// RxDelta returns, per link, what the kernel delivered since the last call;
 	// TxDelta what it sent.
 	RxDelta() map[uint8]RxDelta

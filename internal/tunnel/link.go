@@ -43,6 +43,10 @@ type link struct {
 	// Transmit side; txLinkSeq is only touched under the session's txMu (and unused
 	// with a fast path, whose sequence series the kernel and the daemon share).
 	txLinkSeq uint32
+	// lastLinkSeq is the link sequence number of the last data packet sent on the link:
+	// stored by sendDataOn, or read from the fast path's series (peekLinkSeq set).
+	lastLinkSeq atomic.Uint32
+	peekLinkSeq func() uint32
 
 	rx rxAccount
 
@@ -276,12 +280,15 @@ func (l *link) onReply(now time.Time, rtt time.Duration) (was linkState) {
 // reports show data stopped arriving on (quiet.go) goes suspect at the first such report
 // and down at the second, or as soon as its probes have been silent for the suspicion
 // time too: two signals agree (a TCP flow that stalled after its losses may send too
-// little for a second report). A suspect link the peer reports data from again is up.
+// little for a second report). A link the last report found owing data, even if no
+// report could be a verdict (the flow stalled right away), is suspect after half the
+// suspicion time of silence and down after all of it. A suspect link the peer reports
+// data from again is up.
 // It returns the new state, whether it changed, and why.
 func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration) (state linkState, changed bool, cause healthCause) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.quiet.mark(now, l.txPkts.Load())
+	l.quiet.mark(now, l.txPkts.Load(), l.sentLinkSeq())
 	silent := now.Sub(l.lastReply)
 	if l.lastDelivered.After(l.lastReply) {
 		silent = now.Sub(l.lastDelivered)
@@ -292,6 +299,11 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 	suspectAfter = max(suspectAfter, time.Duration(3*l.rttNs))
 	downAfter = max(downAfter, 2*suspectAfter)
 	quiet := l.quiet.reports
+	// A link that owes data and has been silent for half the suspicion time is in
+	// doubt already: its packets get copies from then on (a TCP flow that stalled
+	// behind its gap retransmits on its timer, and that retransmission must not be
+	// lost again).
+	owedSilence := l.quiet.owing && !l.quiet.othersSilent && silent > suspectAfter/2
 	old := l.state
 	switch {
 	case old.inSchedule() && silent > downAfter:
@@ -303,19 +315,44 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 	case old.inSchedule() && quiet >= 1 && silent > suspectAfter:
 		l.setState(stateDown)
 		cause = causeReportsAndSilence
+	case old.inSchedule() && owedSilence && silent > suspectAfter:
+		l.setState(stateDown)
+		cause = causeOwedAndSilence
 	case old == stateUp && silent > suspectAfter:
 		l.setState(stateSuspect)
 		cause = causeSilence
 	case old == stateUp && quiet >= 1:
 		l.setState(stateSuspect)
 		cause = causeReports
-	case old == stateSuspect && silent <= suspectAfter && quiet == 0:
+	case old == stateUp && owedSilence:
+		l.setState(stateSuspect)
+		cause = causeOwedAndSilence
+	case old == stateSuspect && silent <= suspectAfter && quiet == 0 && !owedSilence:
 		l.setState(stateUp) // the peer reports our data arriving again
 	}
 	if l.state == stateDown && old != stateDown {
 		l.quiet.reset(l.txPkts.Load())
 	}
 	return l.state, l.state != old, cause
+}
+
+// sentLinkSeq is the link sequence number of the last data packet sent on the link.
+func (l *link) sentLinkSeq() uint32 {
+	if l.peekLinkSeq != nil {
+		return l.peekLinkSeq() - 1
+	}
+	return l.lastLinkSeq.Load()
+}
+
+// lastSign is when the link last showed life: a probe reply, or the peer reporting
+// new data from it.
+func (l *link) lastSign() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lastDelivered.After(l.lastReply) {
+		return l.lastDelivered
+	}
+	return l.lastReply
 }
 
 // healthCause says what moved a link to suspect or down.
@@ -325,6 +362,7 @@ const (
 	causeSilence           healthCause = iota // no probe reply (nor data reported) for the time
 	causeReports                              // the peer's reports show its data stopped arriving
 	causeReportsAndSilence                    // both, the probes for the suspicion time
+	causeOwedAndSilence                       // silence while data sent an RTT before has not arrived
 )
 
 func (c healthCause) String() string {
@@ -332,6 +370,7 @@ func (c healthCause) String() string {
 		"no probe reply",
 		"the peer's reports show data sent on it stopped arriving",
 		"the peer's reports show data sent on it stopped arriving, and probe replies stopped",
+		"no sign of life, and the peer's reports show data sent on it an RTT before has not arrived",
 	}[c]
 }
 
@@ -384,12 +423,12 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 		}
 		cutoff := quietCutoff(now, time.Duration(l.rttNs), l.est.Rate())
 		delivered := now.Add(-time.Duration(l.rttNs))
-		if owed := l.quiet.onReport(cutoff, delivered, now.Sub(l.prevAt), progress, othersDelivered); owed > 0 {
+		if owed := l.quiet.onReport(cutoff, delivered, now.Sub(l.prevAt), progress, othersDelivered, r.HighestLinkSeq); owed > 0 {
 			l.log.Debug("quiet report: no data arrived that was sent an RTT before", "owed_packets", owed,
 				"quiet_reports", l.quiet.reports, "cutoff_ago", now.Sub(cutoff), "since_delivered", now.Sub(l.lastDelivered))
 		}
 	}
-	l.quiet.mark(now, l.txPkts.Load())
+	l.quiet.mark(now, l.txPkts.Load(), l.sentLinkSeq())
 	l.prevReport, l.prevAt = r, now
 	if r.OWDMinMicros != 0 { // owdMin is per report period: set only if data arrived in it
 		l.updateFloor(now, r.OWDMinMicros)

@@ -15,9 +15,9 @@ package tunnel
 // another link, which is why packets sent with a copy are never logged: the copy may
 // still arrive, and a notice must not make the peer give it up.
 //
-// With the kernel fast path the kernel takes link sequence numbers too and the log
-// would miss its packets, so sessions with a fast path send no notices (see
-// docs/fastpath.md, known problems); the peer's hold timer covers the gap as before.
+// With the kernel fast path the kernel takes link sequence numbers from the same
+// series and logs its own packets the same way, in a per-link map (tx_sent_log in
+// bpf/tc_tx.c); a notice then names the packets of both logs, merged in link order.
 
 import (
 	"sync"
@@ -37,13 +37,13 @@ const sentLogSize = 4096
 // IPv6 path has (1280), so a notice is never lost to fragmentation.
 const maxNoticeRanges = 200
 
-// sentEntry is one logged data packet: the link and global sequence numbers it carried.
-type sentEntry struct{ linkSeq, seq uint32 }
+// SentEntry is one logged data packet: the link and global sequence numbers it carried.
+type SentEntry struct{ LinkSeq, Seq uint32 }
 
 // sentLog is one link's record of recent data packets that had no redundant copy, in
 // the order they were sent, and how far the peer has reported receiving.
 type sentLog struct {
-	ring  []sentEntry // written under the session's txMu; allocated on first use
+	ring  []SentEntry // written under the session's txMu; allocated on first use
 	n     uint64      // entries ever written; the newest is at (n-1) % sentLogSize
 	acked atomic.Uint32
 }
@@ -51,9 +51,9 @@ type sentLog struct {
 // record logs one data packet. Caller holds txMu. No allocation after the first call.
 func (g *sentLog) record(linkSeq, seq uint32) {
 	if g.ring == nil {
-		g.ring = make([]sentEntry, sentLogSize)
+		g.ring = make([]SentEntry, sentLogSize)
 	}
-	g.ring[g.n%sentLogSize] = sentEntry{linkSeq, seq}
+	g.ring[g.n%sentLogSize] = SentEntry{linkSeq, seq}
 	g.n++
 }
 
@@ -68,29 +68,51 @@ func (g *sentLog) ack(linkSeq uint32) {
 	}
 }
 
-// takeUnacked returns the global sequence numbers of the logged packets sent after the
-// peer's last report, oldest first, and whether the log may have forgotten some (more
-// were sent since the report than it holds). It then counts everything up to last, the
-// link's newest sequence number, as passed, so that the same numbers are not named
-// again. Caller holds txMu.
-func (g *sentLog) takeUnacked(last uint32) (seqs []uint32, incomplete bool) {
+// takeUnacked returns the logged packets sent after the peer's last report, oldest
+// first, and whether the log may have forgotten some (more were sent since the report
+// than it holds). It then counts everything up to last, the link's newest sequence
+// number, as passed, so that the same numbers are not named again. Caller holds txMu.
+func (g *sentLog) takeUnacked(last uint32) (sent []SentEntry, incomplete bool) {
 	acked := g.acked.Load()
 	held := min(g.n, sentLogSize)
 	k := uint64(0)
-	for k < held && wire.SeqAfter(g.ring[(g.n-1-k)%sentLogSize].linkSeq, acked) {
+	for k < held && wire.SeqAfter(g.ring[(g.n-1-k)%sentLogSize].LinkSeq, acked) {
 		k++
 	}
 	if k == held && g.n > sentLogSize {
 		// Every entry is unacknowledged and older ones were overwritten: unless the
 		// oldest entry directly follows the report, some packets are not named.
-		incomplete = g.ring[(g.n-k)%sentLogSize].linkSeq != acked+1
+		incomplete = g.ring[(g.n-k)%sentLogSize].LinkSeq != acked+1
 	}
-	seqs = make([]uint32, 0, k)
+	sent = make([]SentEntry, 0, k)
 	for i := k; i > 0; i-- {
-		seqs = append(seqs, g.ring[(g.n-i)%sentLogSize].seq)
+		sent = append(sent, g.ring[(g.n-i)%sentLogSize])
 	}
 	g.ack(last)
-	return seqs, incomplete
+	return sent, incomplete
+}
+
+// mergeSent merges two logs of one link's packets, each in link order after acked,
+// into one in link order.
+func mergeSent(a, b []SentEntry, acked uint32) []SentEntry {
+	out := make([]SentEntry, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].LinkSeq-acked < b[0].LinkSeq-acked {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
+
+// seqsOf returns the global sequence numbers of logged packets, in their order.
+func seqsOf(sent []SentEntry) []uint32 {
+	seqs := make([]uint32, len(sent))
+	for i, e := range sent {
+		seqs[i] = e.Seq
+	}
+	return seqs
 }
 
 // seqRanges merges sequence numbers, in sending order, into ranges of consecutive ones.
@@ -121,14 +143,21 @@ type lossNotices struct {
 // sequence numbers the notice names.
 func (s *Session) reassign(l *link) int {
 	s.schedDue.Store(true) // the scheduler takes l out at once
-	if s.fp != nil {
-		return 0 // the kernel's packets are not in the log: see the top of this file
-	}
 	s.txMu.Lock()
-	acked, last, logged := l.sent.acked.Load(), l.txLinkSeq, l.sent.n
-	seqs, incomplete := l.sent.takeUnacked(last)
+	acked, logged := l.sent.acked.Load(), l.sent.n
+	_, last := s.watermark(l)
+	sent, incomplete := l.sent.takeUnacked(last)
 	s.txMu.Unlock()
-	l.log.Debug("loss notice", "peer_acked_link_seq", acked, "last_link_seq", last, "logged_ever", logged, "named", len(seqs))
+	kernel := 0
+	if s.fp != nil {
+		// The kernel's packets, from its own log. The daemon's log holds only what
+		// the daemon sent, so its completeness is the kernel log's.
+		k, complete := s.fp.SentOn(l.spec.ID, acked, last)
+		kernel, incomplete = len(k), !complete
+		sent = mergeSent(sent, k, acked)
+	}
+	seqs := seqsOf(sent)
+	l.log.Debug("loss notice", "peer_acked_link_seq", acked, "last_link_seq", last, "logged_ever", logged, "named", len(seqs), "from_kernel", kernel)
 	if incomplete {
 		l.log.Warn("loss notice incomplete: more packets were in flight on the link than the sender logs; the peer's hold timer resolves the rest",
 			"logged", sentLogSize)

@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -222,7 +223,7 @@ func (g *sentLog) ringSeqs() []uint32 {
 	held := min(g.n, sentLogSize)
 	out := make([]uint32, 0, held)
 	for i := held; i > 0; i-- {
-		out = append(out, g.ring[(g.n-i)%sentLogSize].seq)
+		out = append(out, g.ring[(g.n-i)%sentLogSize].Seq)
 	}
 	return out
 }
@@ -300,9 +301,9 @@ func TestSentLog(t *testing.T) {
 	}
 	g.ack(7)
 	g.ack(3) // an older report changes nothing
-	seqs, incomplete := g.takeUnacked(10)
-	if want := []uint32{116, 118, 120}; !equalIDs(seqs, want) || incomplete {
-		t.Fatalf("after ack 7: %v (incomplete %v), want %v", seqs, incomplete, want)
+	sent, incomplete := g.takeUnacked(10)
+	if want := []uint32{116, 118, 120}; !equalIDs(seqsOf(sent), want) || incomplete {
+		t.Fatalf("after ack 7: %v (incomplete %v), want %v", sent, incomplete, want)
 	}
 	if again, _ := g.takeUnacked(10); len(again) != 0 {
 		t.Fatalf("the same packets named twice: %v", again)
@@ -312,9 +313,9 @@ func TestSentLog(t *testing.T) {
 	for i := uint32(1); i <= sentLogSize+10; i++ {
 		big.record(i, 5000+i)
 	}
-	seqs, incomplete = big.takeUnacked(sentLogSize + 10)
-	if len(seqs) != sentLogSize || !incomplete {
-		t.Fatalf("overflowed log: %d numbers, incomplete %v; want %d and true", len(seqs), incomplete, sentLogSize)
+	sent, incomplete = big.takeUnacked(sentLogSize + 10)
+	if len(sent) != sentLogSize || !incomplete {
+		t.Fatalf("overflowed log: %d numbers, incomplete %v; want %d and true", len(sent), incomplete, sentLogSize)
 	}
 
 	r := seqRanges([]uint32{1, 2, 3, 7, 8, 0xffffffff, 0, 1})
@@ -374,4 +375,74 @@ func TestLateTwinsCountOnTheirLink(t *testing.T) {
 	if uint64(rx.RxPackets) != sent || rx.Lost != 0 {
 		t.Fatalf("the suspect link carried %d packets; its receiver counts %d arrived, %d lost", sent, rx.RxPackets, rx.Lost)
 	}
+}
+
+// With the fast path, the kernel and the daemon take numbers from one series and each
+// logs what it sent; a link going down gets one notice naming the packets of both logs
+// after the peer's last report, in link order (across the wrap of the link numbers),
+// and a kernel log too short for the span is reported.
+func TestLossNoticeNamesTheKernelsPackets(t *testing.T) {
+	fp := &fakeFastPath{}
+	cfg := testSession()
+	cfg.FastPath = fp
+	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	l := s.addLink(LinkSpec{ID: 3, Name: "lte"}, func(*link, []byte) error { return nil })
+	sp := fp.session
+	// Link numbers 0xfffffffe .. 3: the kernel sent 0xfffffffe, 0xffffffff, 1 and 3;
+	// the daemon 0 and 2. The peer has reported up to 0xfffffffe.
+	sp.kernel = []SentEntry{{0xfffffffe, 40}, {0xffffffff, 41}, {1, 43}, {3, 45}}
+	l.sent.record(0, 42)
+	l.sent.record(2, 44)
+	l.sent.ack(0x7fffffff) // reports move forward in steps of less than half the space
+	l.sent.ack(0xfffffffe)
+	sp.linkNext = 4
+	if n := s.reassign(l); n != 5 {
+		t.Fatalf("the notice named %d numbers (%v), want 5 (41..45)", n, s.notices.repeat)
+	}
+	if want := []wire.SeqRange{{Start: 41, Count: 5}}; !slices.Equal(s.notices.repeat, want) {
+		t.Errorf("notice %v, want %v", s.notices.repeat, want)
+	}
+	if sp.asked != [2]uint32{0xfffffffe, 3} {
+		t.Errorf("asked the kernel for the link numbers after %d through %d, want after 0xfffffffe through 3", sp.asked[0], sp.asked[1])
+	}
+	if n := s.reassign(l); n != 0 {
+		t.Errorf("a second notice named %d numbers again", n)
+	}
+}
+
+// fakeFastPath stands in for the kernel's share of a session where a test needs only
+// its numbers and its sent log.
+type fakeFastPath struct{ session *fakeSessionPath }
+
+func (f *fakeFastPath) OpenSession(uint32, []netip.Prefix) SessionPath {
+	f.session = &fakeSessionPath{}
+	return f.session
+}
+
+type fakeSessionPath struct {
+	next, linkNext uint32
+	kernel         []SentEntry
+	asked          [2]uint32
+}
+
+func (f *fakeSessionPath) TakeSeq() uint32              { f.next++; return f.next - 1 }
+func (f *fakeSessionPath) TakeLinkSeq(uint8) uint32     { f.linkNext++; return f.linkNext - 1 }
+func (f *fakeSessionPath) PeekSeq() uint32              { return f.next }
+func (f *fakeSessionPath) PeekLinkSeq(uint8) uint32     { return f.linkNext }
+func (f *fakeSessionPath) Program(TxState)              {}
+func (f *fakeSessionPath) OnData() (bool, uint32, bool) { return false, 0, false }
+func (f *fakeSessionPath) Idle(uint32, bool)            {}
+func (f *fakeSessionPath) Resync() (bool, uint32)       { return false, 0 }
+func (f *fakeSessionPath) RxDelta() map[uint8]RxDelta   { return nil }
+func (f *fakeSessionPath) TxDelta() map[uint8]TxDelta   { return nil }
+func (f *fakeSessionPath) Close()                       {}
+func (f *fakeSessionPath) SentOn(_ uint8, after, through uint32) ([]SentEntry, bool) {
+	f.asked = [2]uint32{after, through}
+	var out []SentEntry
+	for _, e := range f.kernel {
+		if wire.SeqAfter(e.LinkSeq, after) && !wire.SeqAfter(e.LinkSeq, through) {
+			out = append(out, e)
+		}
+	}
+	return out, true
 }

@@ -19,6 +19,8 @@ package tunnel
 
 import (
 	"time"
+
+	"github.com/aggd/aggd/internal/wire"
 )
 
 // busyQuietPackets is how many data packets a report must owe before its silence
@@ -26,6 +28,13 @@ import (
 // two packets per report period would have to deliver nothing for 400 ms (a radio
 // stalling for two report periods is no verdict).
 const busyQuietPackets = 8
+
+// owingPackets is how many packets a report must owe for the link's silence to make it
+// suspect at half the suspicion time and down at all of it, rather than at the
+// suspicion time and down_after. The silence is the evidence here, so a few packets
+// do. (A link at 1.4 Mbit/s has about 12 packets in flight when its flow stalls an
+// RTT after a death.)
+const owingPackets = busyQuietPackets / 2
 
 // quietMargin is added to the link's smoothed RTT when judging which packets a report
 // should cover: the time for the peer's report period to close on them and for jitter.
@@ -45,10 +54,12 @@ const quietLapse = 5
 // than any RTT the margin would reach back over (a longer one is left to the probes).
 const sentMarks = 32
 
-// sentMark is how many data packets had been sent on a link at a time.
+// sentMark is how many data packets had been sent on a link at a time, and the link
+// sequence number of the last one.
 type sentMark struct {
-	at   time.Time
-	pkts uint64
+	at      time.Time
+	pkts    uint64
+	linkSeq uint32
 }
 
 // quietWatch judges a link's reports against what was sent on it. Caller holds the
@@ -59,29 +70,47 @@ type quietWatch struct {
 	confirmed uint64 // packets sent before the cutoff of the last report that showed progress
 	reports   int    // quiet reports in a row since then
 	idle      int    // reports in a row whose span we hardly sent in
+	// owing: the last report showed nothing new on the link, and its highest link
+	// sequence number received lay at least owingPackets behind the last one sent
+	// before its cutoff, whether or not it could be a verdict. Alone it is none, but
+	// with the link silent (and another link not) it makes the link suspect and then
+	// down: a flow that stalled behind the dead link's gap sends too little for a
+	// verdict. (The peer's highest number, unlike confirmed, also covers a flow's
+	// last packets once they arrived, and passes over old losses.)
+	owing bool
+	// othersSilent: no other link of the session has shown a sign of life lately
+	// (set by the session each tick); owing then says nothing about this link.
+	othersSilent bool
 }
 
-// mark records the link's sent-packet count at now.
-func (q *quietWatch) mark(now time.Time, pkts uint64) {
-	q.marks[q.n%sentMarks] = sentMark{now, pkts}
+// mark records the link's sent-packet count and last link sequence number at now.
+func (q *quietWatch) mark(now time.Time, pkts uint64, linkSeq uint32) {
+	q.marks[q.n%sentMarks] = sentMark{now, pkts, linkSeq}
 	q.n++
 }
 
 // sentBy returns how many packets had been sent by cutoff, from the newest mark at or
 // before it; ok is false if the marks do not reach back that far.
 func (q *quietWatch) sentBy(cutoff time.Time) (pkts uint64, ok bool) {
+	m, ok := q.markBy(cutoff)
+	return m.pkts, ok
+}
+
+// markBy returns the newest mark at or before cutoff.
+func (q *quietWatch) markBy(cutoff time.Time) (sentMark, bool) {
 	for k := range min(q.n, sentMarks) {
 		m := q.marks[(q.n-1-k)%sentMarks]
 		if !m.at.After(cutoff) {
-			return m.pkts, true
+			return m, true
 		}
 	}
-	return 0, false
+	return sentMark{}, false
 }
 
 // onReport judges one report: progress says whether it shows new data arriving on the
-// link, othersDelivered whether it shows some on another link; cutoff is the latest send
-// time whose packets it should cover, and span how long since the last report. A report
+// link, othersDelivered whether it shows some on another link, highest the highest link
+// sequence number it shows received; cutoff is the latest send time whose packets it
+// should cover, and span how long since the last report. A report
 // with progress confirms what was sent up to delivered (an RTT before it came, without
 // the margin: generous, so that the next report owes only what followed). It returns
 // how many packets the report owed when it is quiet, 0 otherwise.
@@ -93,15 +122,17 @@ func (q *quietWatch) sentBy(cutoff time.Time) (pkts uint64, ok bool) {
 // just before the flow ended (the homogeneous lab scenario took two healthy links down
 // five seconds after such a tail, when traffic resumed on the third). quietLapse such
 // reports in a row end a suspicion: an idle link's silence says nothing.
-func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, progress, othersDelivered bool) (owed uint64) {
+func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, progress, othersDelivered bool, highest uint32) (owed uint64) {
 	if progress {
-		q.reports, q.idle = 0, 0
+		q.reports, q.idle, q.owing = 0, 0, false
 		if sent, ok := q.sentBy(delivered); ok {
 			q.confirmed = max(q.confirmed, sent)
 		}
 		return 0
 	}
-	sent, ok := q.sentBy(cutoff)
+	m, ok := q.markBy(cutoff)
+	q.owing = ok && wire.SeqDiff(m.linkSeq, highest) >= owingPackets
+	sent := m.pkts
 	before, okBefore := q.sentBy(cutoff.Add(-span))
 	if !ok || !okBefore {
 		return 0
@@ -129,7 +160,7 @@ func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, p
 // reset forgets what was owed when the link leaves the schedule: its packets now go
 // elsewhere, and a returning link starts with a clean slate.
 func (q *quietWatch) reset(sentNow uint64) {
-	q.confirmed, q.reports, q.idle = sentNow, 0, 0
+	q.confirmed, q.reports, q.idle, q.owing = sentNow, 0, 0, false
 }
 
 // quietCutoff is the latest send time whose packets a report arriving at now should

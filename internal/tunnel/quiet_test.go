@@ -11,11 +11,14 @@ import (
 // quietRig drives one link with explicit times: packets sent on it, probe replies, the
 // peer's reports every 100 ms and the session's ticks halfway between them.
 type quietRig struct {
-	t   *testing.T
-	l   *link
-	t0  time.Time
-	rx  uint32 // packets the peer has reported
-	now time.Duration
+	t     *testing.T
+	l     *link
+	t0    time.Time
+	rx    uint32 // packets the peer has reported
+	now   time.Duration
+	cause healthCause // why the link last changed state
+	// othersIdle: the reports show no data arriving on any other link either.
+	othersIdle bool
 }
 
 // The thresholds the probes alone would use (the defaults: three 100-ms probe
@@ -35,13 +38,18 @@ func (r *quietRig) step(sent, delivered uint32, alive bool) linkState {
 	r.now += 50 * time.Millisecond
 	at := r.t0.Add(r.now)
 	r.l.txPkts.Add(uint64(sent))
+	r.l.lastLinkSeq.Add(sent) // link numbers count the packets: the nth has number n
 	if r.now%(100*time.Millisecond) == 0 {
 		r.rx += delivered
-		r.l.onFeedback(at, uint32(r.now/time.Microsecond), wire.LinkReport{RxPackets: r.rx, RxBytes: uint64(r.rx) * 1500}, true)
+		highest := min(r.rx, r.l.lastLinkSeq.Load()) // delivered in order, lost ones not
+		r.l.onFeedback(at, uint32(r.now/time.Microsecond), wire.LinkReport{RxPackets: r.rx, RxBytes: uint64(r.rx) * 1500, HighestLinkSeq: highest}, !r.othersIdle)
 	} else if alive {
 		r.l.onReply(at, 20*time.Millisecond)
 	}
-	st, _, _ := r.l.checkHealth(at, rigSuspectAfter, rigDownAfter)
+	st, changed, cause := r.l.checkHealth(at, rigSuspectAfter, rigDownAfter)
+	if changed {
+		r.cause = cause
+	}
 	return st
 }
 
@@ -269,10 +277,10 @@ func TestASenderStallKeepsTheSuspicion(t *testing.T) {
 		if ms <= 600 || ms >= 900 { // 12 packets per 100 ms, none in 650..850 ms
 			sent += 6
 		}
-		q.mark(at(ms), sent)
+		q.mark(at(ms), sent, uint32(sent))
 	}
 	const span = 100 * time.Millisecond
-	q.onReport(at(420), at(480), span, true, true) // data arriving up to about 480 ms; the link dies at 500
+	q.onReport(at(420), at(480), span, true, true, 0) // data arriving up to about 480 ms; the link dies at 500
 	steps := []struct {
 		report, cutoff int
 		want           int
@@ -283,7 +291,7 @@ func TestASenderStallKeepsTheSuspicion(t *testing.T) {
 		{1100, 1020, 2}, // sending again into the silence: down
 	}
 	for _, c := range steps {
-		q.onReport(at(c.cutoff), at(c.report-20), span, false, true)
+		q.onReport(at(c.cutoff), at(c.report-20), span, false, true, 0)
 		if q.reports != c.want {
 			t.Fatalf("report at %d ms: %d quiet reports, want %d", c.report, q.reports, c.want)
 		}
@@ -305,5 +313,114 @@ func TestReportsAndProbeSilenceTogetherTakeALinkDown(t *testing.T) {
 		if st = r.step(0, 0, false); r.now-died > rigDownAfter {
 			t.Fatalf("%v after the death, silent and suspect on the reports: %v, want down before down_after", r.now-died, st)
 		}
+	}
+}
+
+// A TCP flow whose packets a dead link swallowed stalls within an RTT: the resequencer
+// holds everything behind the gap, so no ACKs come back and the sender has nothing more
+// to send on any link. The reports then show nothing arriving anywhere, which is no
+// verdict (it could be the peer stalling), and the probes alone would take the link
+// down only at down_after (the CI run of 6ffbf1c: recovery 1.12 s). The packets the
+// link owes are a verdict together with the probes' silence: suspect (copies) at half
+// the suspicion time, down at all of it.
+func TestOwedPacketsAndProbeSilenceTakeAStalledLinkDown(t *testing.T) {
+	r := newQuietRig(t, 20*time.Millisecond)
+	for range 20 {
+		r.step(6, 12, true)
+	}
+	died := r.now
+	r.step(6, 0, false) // the last packets, sent into the death
+	r.othersIdle = true // then the flow stalls: nothing more is sent or arrives
+	var st linkState
+	var suspectAt time.Duration
+	for st != stateDown {
+		if st = r.step(0, 0, false); st == stateSuspect && suspectAt == 0 {
+			suspectAt = r.now - died
+			if r.cause != causeOwedAndSilence {
+				t.Errorf("suspect because %q", r.cause)
+			}
+		}
+		if r.now-died > rigDownAfter {
+			t.Fatalf("%v after the death, owing its last packets and no probe reply: %v, want down at the suspicion time", r.now-died, st)
+		}
+	}
+	if took := r.now - died; took > rigSuspectAfter+100*time.Millisecond {
+		t.Errorf("down %v after the death; want within the suspicion time (%v) and a tick", took, rigSuspectAfter)
+	}
+	// Suspect, with copies for a retransmission, at half the suspicion time.
+	if suspectAt == 0 || suspectAt > rigSuspectAfter/2+100*time.Millisecond {
+		t.Errorf("suspect %v after the death; want within half the suspicion time (%v) and a tick", suspectAt, rigSuspectAfter/2)
+	}
+	if r.cause != causeOwedAndSilence {
+		t.Errorf("down because %q; the test means a stall no report can judge", r.cause)
+	}
+}
+
+// An idle link owes nothing, so its probes alone decide: suspect at the suspicion time,
+// down only at down_after.
+func TestAnIdleSilentLinkWaitsForDownAfter(t *testing.T) {
+	r := newQuietRig(t, 20*time.Millisecond)
+	for range 20 {
+		r.step(6, 12, true)
+	}
+	r.step(0, 6, true) // the flow ends: its last packets arrive, in the next report
+	r.step(0, 6, true)
+	for range 10 {
+		r.step(0, 0, true)
+	}
+	died := r.now
+	var st linkState
+	for st != stateDown {
+		st = r.step(0, 0, false)
+		if st == stateDown && r.now-died < rigDownAfter-50*time.Millisecond { // the last reply came up to a step before
+			t.Fatalf("idle link down %v after it went silent (%q); want after down_after %v", r.now-died, r.cause, rigDownAfter)
+		}
+		if r.now-died > 2*rigDownAfter {
+			t.Fatalf("idle silent link still %v after %v", st, r.now-died)
+		}
+	}
+}
+
+// When every link of the session falls silent at once, the peer or the path stalled,
+// not a link: a link owing data is then held to the probes' times like any other.
+func TestOwedPacketsSayNothingWhenAllLinksAreSilent(t *testing.T) {
+	r := newQuietRig(t, 20*time.Millisecond)
+	for range 20 {
+		r.step(6, 12, true)
+	}
+	died := r.now
+	r.step(6, 0, false)
+	r.othersIdle = true
+	r.l.quiet.othersSilent = true // as the session marks it when no link shows life
+	for r.now-died < rigSuspectAfter {
+		if st := r.step(0, 0, false); st != stateUp {
+			t.Fatalf("%v into a silence of every link: %v (%q), want up until the suspicion time", r.now-died, st, r.cause)
+		}
+	}
+	for r.now-died < rigDownAfter {
+		if st := r.step(0, 0, false); st == stateDown {
+			t.Fatalf("%v into a silence of every link: down (%q), want not before down_after", r.now-died, r.cause)
+		}
+	}
+}
+
+// The session marks a link's peers silent when no other link showed life within half
+// the suspicion time.
+func TestMarkSilentPeers(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	send := func(*link, []byte) error { return nil }
+	a := s.addLink(LinkSpec{ID: 0, Name: "a"}, send)
+	b := s.addLink(LinkSpec{ID: 1, Name: "b"}, send)
+	t0 := time.Unix(1000, 0)
+	half := 3 * s.cfg.Probe / 2
+	a.onReply(t0, 20*time.Millisecond)
+	b.onReply(t0.Add(-2*half), 20*time.Millisecond)
+	s.markSilentPeers([]*link{a, b}, t0.Add(half/2))
+	if !a.quiet.othersSilent || b.quiet.othersSilent {
+		t.Errorf("a alive, b silent: a's peers silent %v (want true), b's %v (want false)", a.quiet.othersSilent, b.quiet.othersSilent)
+	}
+	s.markSilentPeers([]*link{a, b}, t0.Add(2*half))
+	if !a.quiet.othersSilent || !b.quiet.othersSilent {
+		t.Errorf("both silent: peers silent %v, %v; want true for both", a.quiet.othersSilent, b.quiet.othersSilent)
 	}
 }

@@ -161,6 +161,9 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 			capacity: s.m.LinkCapacity.WithLabelValues(lbl...), queue: s.m.LinkQueueDelay.WithLabelValues(lbl...),
 		},
 	}
+	if s.fp != nil {
+		l.peekLinkSeq = func() uint32 { return s.fp.PeekLinkSeq(spec.ID) }
+	}
 	l.est = estimate.New(estimate.Config{})
 	l.est.SetPrior(l.prior())
 	l.setState(stateProbing)
@@ -235,9 +238,10 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copie
 	}
 	h.Put(buf)
 	auth.Seal(k.send, buf)
-	if !copied && s.fp == nil {
+	if !copied {
 		l.sent.record(h.LinkSeq, seq) // even if the send fails: then it surely never arrives
 	}
+	l.lastLinkSeq.Store(h.LinkSeq)
 	t0 := clock.Nanos()
 	if err := l.send(l, buf); err != nil {
 		s.log.Debug("send failed", "link", l.spec.Name, "err", err)
@@ -661,6 +665,7 @@ func (s *Session) onHoldTimer() {
 func (s *Session) tick(now time.Time) {
 	links := s.allLinks()
 	s.repeatLossNotices()
+	s.markSilentPeers(links, now)
 	for _, l := range links {
 		if l.probeDue(now, s.cfg.Probe) {
 			s.sendProbe(l, 0)
@@ -680,6 +685,29 @@ func (s *Session) tick(now time.Time) {
 	s.publishReseqStats()
 	if s.schedDue.Swap(false) {
 		s.refreshSchedule()
+	}
+}
+
+// markSilentPeers tells each link whether any other link of the session showed life
+// within half the suspicion time: a link owing data is in doubt for its silence only
+// if it is alone in it (all links silent at once is the peer or the path, not a link).
+func (s *Session) markSilentPeers(links []*link, now time.Time) {
+	recent := now.Add(-3 * s.cfg.Probe / 2)
+	alive := 0
+	signs := make([]bool, len(links))
+	for i, l := range links {
+		if signs[i] = l.lastSign().After(recent); signs[i] {
+			alive++
+		}
+	}
+	for i, l := range links {
+		others := alive
+		if signs[i] {
+			others--
+		}
+		l.mu.Lock()
+		l.quiet.othersSilent = others == 0
+		l.mu.Unlock()
 	}
 }
 
