@@ -160,9 +160,15 @@ static __always_inline int tx_slow(enum aggd_fp_tx_verdict v)
 	return TC_ACT_OK;
 }
 
+/* The key of a session's link in the per-link maps (tx_link_stats, tx_sent_log). */
+static __always_inline __u32 tx_link_key(__u32 slot, int link)
+{
+	return slot * AGGD_FP_MAX_LINKS + ((__u32)link & AGGD_FP_SLOT_MASK);
+}
+
 static __always_inline void tx_count_link(__u32 slot, int link, __u32 inner_len, int copy)
 {
-	__u32 key = slot * AGGD_FP_MAX_LINKS + ((__u32)link & AGGD_FP_SLOT_MASK);
+	__u32 key = tx_link_key(slot, link);
 	struct aggd_fp_link_counts *c = bpf_map_lookup_elem(&tx_link_stats, &key);
 
 	if (!c)
@@ -176,7 +182,7 @@ static __always_inline void tx_count_link(__u32 slot, int link, __u32 inner_len,
 /* Log that the packet on link carried seq as its link_seq (tx_sent_log). */
 static __always_inline void tx_log_sent(__u32 slot, int link, __u32 link_seq, __u32 seq)
 {
-	__u32 key = slot * AGGD_FP_MAX_LINKS + ((__u32)link & AGGD_FP_SLOT_MASK);
+	__u32 key = tx_link_key(slot, link);
 	struct aggd_fp_sent_log *lg = bpf_map_lookup_elem(&tx_sent_log, &key);
 
 	if (lg)

@@ -40,12 +40,11 @@ type link struct {
 	// that it can read the link's current remote address (headend).
 	send func(self *link, pkt []byte) error
 
-	// Transmit side; txLinkSeq is only touched under the session's txMu (and unused
-	// with a fast path, whose sequence series the kernel and the daemon share).
-	txLinkSeq uint32
-	// lastLinkSeq is the link sequence number of the last data packet sent on the link:
-	// stored by sendDataOn, or read from the fast path's series (peekLinkSeq set).
-	lastLinkSeq atomic.Uint32
+	// Transmit side: the link sequence number of the last data packet sent on it,
+	// taken under the session's txMu and read by the health checks without it. With a
+	// fast path the kernel and the daemon share one series instead, read with
+	// peekLinkSeq (the next number, not yet taken).
+	txLinkSeq   atomic.Uint32
 	peekLinkSeq func() uint32
 
 	rx rxAccount
@@ -341,7 +340,7 @@ func (l *link) sentLinkSeq() uint32 {
 	if l.peekLinkSeq != nil {
 		return l.peekLinkSeq() - 1
 	}
-	return l.lastLinkSeq.Load()
+	return l.txLinkSeq.Load()
 }
 
 // lastSign is when the link last showed life: a probe reply, or the peer reporting

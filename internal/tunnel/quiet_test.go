@@ -38,10 +38,10 @@ func (r *quietRig) step(sent, delivered uint32, alive bool) linkState {
 	r.now += 50 * time.Millisecond
 	at := r.t0.Add(r.now)
 	r.l.txPkts.Add(uint64(sent))
-	r.l.lastLinkSeq.Add(sent) // link numbers count the packets: the nth has number n
+	r.l.txLinkSeq.Add(sent) // link numbers count the packets: the nth has number n
 	if r.now%(100*time.Millisecond) == 0 {
 		r.rx += delivered
-		highest := min(r.rx, r.l.lastLinkSeq.Load()) // delivered in order, lost ones not
+		highest := min(r.rx, r.l.txLinkSeq.Load()) // delivered in order, lost ones not
 		r.l.onFeedback(at, uint32(r.now/time.Microsecond), wire.LinkReport{RxPackets: r.rx, RxBytes: uint64(r.rx) * 1500, HighestLinkSeq: highest}, !r.othersIdle)
 	} else if alive {
 		r.l.onReply(at, 20*time.Millisecond)

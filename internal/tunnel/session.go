@@ -241,7 +241,6 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copie
 	if !copied {
 		l.sent.record(h.LinkSeq, seq) // even if the send fails: then it surely never arrives
 	}
-	l.lastLinkSeq.Store(h.LinkSeq)
 	t0 := clock.Nanos()
 	if err := l.send(l, buf); err != nil {
 		s.log.Debug("send failed", "link", l.spec.Name, "err", err)
@@ -274,17 +273,17 @@ func (s *Session) takeLinkSeq(l *link) uint32 {
 	if s.fp != nil {
 		return s.fp.TakeLinkSeq(l.spec.ID)
 	}
-	l.txLinkSeq++
-	return l.txLinkSeq
+	return l.txLinkSeq.Add(1)
 }
 
 // watermark is what a probe on link l carries: the next global sequence number, and the
 // link's last sequence number. Caller holds txMu.
 func (s *Session) watermark(l *link) (seq, linkSeq uint32) {
+	seq = s.txSeq
 	if s.fp != nil {
-		return s.fp.PeekSeq(), s.fp.PeekLinkSeq(l.spec.ID) - 1
+		seq = s.fp.PeekSeq()
 	}
-	return s.txSeq, l.txLinkSeq
+	return seq, l.sentLinkSeq()
 }
 
 // refreshSchedule hands the links' current parameters to the scheduler.
