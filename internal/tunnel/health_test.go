@@ -154,29 +154,32 @@ func TestBusyLinksAreProbedLessOften(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	l.onReply(t0, 10*time.Millisecond)
 	var rx uint32
-	probes := func(ticks int, busy bool) (n int) {
+	probes := func(ticks int, busy, doubt bool) (n int) {
 		for range ticks {
 			t0 = t0.Add(interval)
 			if busy {
 				rx += 10
 				l.onFeedback(t0.Add(-interval/2), uint32(t0.UnixMicro()), wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500}, true)
 			}
-			if l.probeDue(t0, interval) {
+			if l.probeDue(t0, interval, doubt) {
 				n++
 			}
 		}
 		return n
 	}
-	if n := probes(20, false); n != 20 {
+	if n := probes(20, false, false); n != 20 {
 		t.Errorf("idle link: %d probes in 20 intervals, want 20", n)
 	}
-	if n := probes(20, true); n != 20/busyProbeEvery {
+	if n := probes(20, true, false); n != 20/busyProbeEvery {
 		t.Errorf("busy link: %d probes in 20 intervals, want %d", n, 20/busyProbeEvery)
+	}
+	if n := probes(8, true, true); n != 8 {
+		t.Errorf("busy link while another owes data: %d probes in 8 intervals, want 8", n)
 	}
 	l.mu.Lock()
 	l.setState(stateSuspect)
 	l.mu.Unlock()
-	if n := probes(8, true); n != 8 {
+	if n := probes(8, true, false); n != 8 {
 		t.Errorf("busy suspect link: %d probes in 8 intervals, want 8", n)
 	}
 }

@@ -591,15 +591,27 @@ const busyProbeEvery = 4
 // find it dead sooner than its probes (quiet.go), while a probe and the peer's reply to
 // the peer's probe, each interval, took about 0.9 % of a 1.5 Mbit/s link in the
 // direction of the data: most of what the homogeneous lab scenario missed.
-func (l *link) probeDue(now time.Time, interval time.Duration) bool {
+// While some link of the session owes data (doubt), every link is probed every
+// interval: a flow stalled behind that link's gap leaves the others without reports of
+// new data too, and only their probe replies tell a dead link from a silent peer
+// (markSilentPeers; with probes every fourth interval, the lab's failover once waited
+// for the full down time).
+func (l *link) probeDue(now time.Time, interval time.Duration, doubt bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	busy := l.state == stateUp && now.Sub(l.lastDelivered) < 2*interval
-	if busy && now.Sub(l.lastProbe) < busyProbeEvery*interval-interval/2 {
+	if busy && !doubt && now.Sub(l.lastProbe) < busyProbeEvery*interval-interval/2 {
 		return false
 	}
 	l.lastProbe = now
 	return true
+}
+
+// owes reports whether the peer's last report found data owed on the link.
+func (l *link) owes() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.quiet.owing
 }
 
 // isSuspect reports whether the link is in doubt.

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -665,8 +666,9 @@ func (s *Session) tick(now time.Time) {
 	links := s.allLinks()
 	s.repeatLossNotices()
 	s.markSilentPeers(links, now)
+	doubt := slices.ContainsFunc(links, (*link).owes)
 	for _, l := range links {
-		if l.probeDue(now, s.cfg.Probe) {
+		if l.probeDue(now, s.cfg.Probe, doubt) {
 			s.sendProbe(l, 0)
 		}
 		if l.checkTrain(now) {
