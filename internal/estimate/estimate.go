@@ -97,6 +97,13 @@ const (
 	// drainSpan is the queue above the target at which the rate is halved: the rate
 	// drops linearly from the capacity at the target to half of it at target+drainSpan.
 	drainSpan = 100 * time.Millisecond
+	// aloneQueue is how far a link's standing queue must stand above the target and
+	// the other links' queues (beyond its jitter and one packet's time) for its delivery
+	// to count as its capacity whatever it was given (queuesAlone).
+	aloneQueue = 10 * time.Millisecond
+	// fullPacketBits is a full-size packet, whose time on a link a queue measured
+	// against the smallest packets' delay can include.
+	fullPacketBits = 1500 * 8
 )
 
 // MinSamplePackets is the fewest packets a sample must span to measure a capacity
@@ -281,7 +288,10 @@ func (e *Estimator) Update(s Sample) {
 	// followed got 0.43 of the links' sum). Only the train's measure is guarded so: the
 	// same rule for every estimate made a single-flow e2e test fail about one run in
 	// twenty, not understood.
-	appLimited := sent < loadedFrac*e.given() && delivered >= policedFrac*sent ||
+	//
+	// Unless the link queues alone (queuesAlone): then what it delivered is all it has
+	// now, however little we gave it.
+	appLimited := sent < loadedFrac*e.given() && delivered >= policedFrac*sent && !e.queuesAlone(s) ||
 		e.trained && sent < tinyFrac*e.kf.x
 	switch {
 	case saturated && appLimited:
@@ -383,6 +393,29 @@ func (e *Estimator) saturated(s Sample) bool {
 		e.aboveBits |= 1
 	}
 	return above && bits.OnesCount8(e.aboveBits) >= 2
+}
+
+// queuesAlone tells whether the link holds a standing queue of its own, far beyond
+// anything noise could make: above the target and the least-queued link's by aloneQueue,
+// its jitter and a full-size packet's time at its estimated capacity, over enough
+// packets to measure by. Its bottleneck was then busy all period, so its delivery is
+// what it can carry now, even if we gave it less than the rate we assume for it. That
+// is what a link whose capacity fell looks like: the assumed rate, still the old one,
+// gets it a little less than the scheduler believes it gives (the sender is held back
+// by the very queue it builds there), so every sample looked app-limited and the
+// capacity estimate never came down. In the lab's rate-step scenario a link halved to
+// 0.75 Mbit/s kept an estimate of 1.54 and an assumed rate of 1.07-1.19 for five
+// seconds, its queue at 40-60 ms while the others had none, and every packet of the
+// bond waited for it in the peer's resequencer.
+func (e *Estimator) queuesAlone(s Sample) bool {
+	if !s.HaveQueue || s.Packets < MinSamplePackets {
+		return false
+	}
+	margin := aloneQueue + s.Jitter
+	if e.kf.valid() {
+		margin += time.Duration(fullPacketBits / e.kf.x * float64(time.Second))
+	}
+	return e.queue > max(e.cfg.QueueTarget, s.LeastQueue)+margin
 }
 
 // bondQueueing tells whether some link of the bond has a standing queue: above the

@@ -276,19 +276,55 @@ func TestJitterOnALightlyLoadedLinkEndsNoStartup(t *testing.T) {
 }
 
 // A queue seen while the link was given far less than its rate and delivered all of
-// it does not lower a measured capacity (the sender had nothing more for it).
+// it does not lower a measured capacity (the sender had nothing more for it) when every
+// link of the bond has it: it is the sender's (a TCP filling the bond), not this link's.
 func TestAppLimitedQueueKeepsTheCapacity(t *testing.T) {
 	e := New(Config{Prior: 10e6})
 	b := uint64(2e6 / 8 / 10) // 2 Mbit/s for 100 ms, all delivered
 	for range 5 {
 		e.Update(Sample{Interval: simPeriod, Delivered: b, Packets: uint32(b / 1500), Sent: b,
-			Queue: 20 * time.Millisecond, HaveQueue: true, MostQueue: 20 * time.Millisecond})
+			Queue: 20 * time.Millisecond, HaveQueue: true, LeastQueue: 18 * time.Millisecond, MostQueue: 20 * time.Millisecond})
 	}
 	if c := e.Capacity(); c < 9e6 {
 		t.Errorf("capacity %.2f Mbit/s after app-limited samples at 2 Mbit/s with a queue; want the prior 10 kept", c/1e6)
 	}
 	if e.Rate() > 10e6 {
 		t.Errorf("rate %.2f Mbit/s: a queue must not let the rate grow", e.Rate()/1e6)
+	}
+}
+
+// A link whose capacity fell while the sender, held back by the queue it builds there,
+// gives it a little less than the old rate: every sample looks app-limited, yet the link
+// queues far above the others. Its delivery is its capacity now (the lab's rate-step
+// scenario: a link halved to 0.75 Mbit/s kept an estimate of 1.54 for five seconds, its
+// queue at 40-60 ms, the others' at none). A smaller queue of its own, within the
+// margin, does not count (TestOvershotStartupComesBackOnAQueue covers what it does).
+func TestALinkQueueingAloneIsMeasuredWhateverItWasGiven(t *testing.T) {
+	const before, after = 1.5e6, 0.75e6
+	smp := func(sent, delivered float64, queue time.Duration) Sample {
+		return Sample{Interval: simPeriod, Delivered: uint64(delivered / 8 / 10), Packets: uint32(delivered / 8 / 10 / simPacket),
+			Sent: uint64(sent / 8 / 10), Queue: queue, HaveQueue: true, LeastQueue: 200 * time.Microsecond, MostQueue: queue}
+	}
+	e := New(Config{})
+	e.Train(before)
+	for range 5 { // saturated at the old capacity
+		e.Update(smp(before, before, 8*time.Millisecond))
+	}
+	small := *e
+	for range 10 { // a queue of its own, but within the margin: keeps the capacity
+		small.Update(smp(0.7*before, 0.7*before, 20*time.Millisecond))
+	}
+	if c := small.Capacity(); c < 0.9*before {
+		t.Errorf("capacity %.2f Mbit/s after app-limited samples with a 20 ms queue of its own; want the old %.2f kept", c/1e6, before/1e6)
+	}
+	for range 10 { // the capacity halved; the sender gives it 0.72 on an assumed 1.1 or more
+		e.Update(smp(0.96*after, 0.96*after, 50*time.Millisecond))
+	}
+	if c := e.Capacity(); c > 1.1*after {
+		t.Errorf("capacity %.2f Mbit/s after 1 s of a 50 ms queue of its own at %.2f Mbit/s delivered; want it down to that", c/1e6, 0.96*after/1e6)
+	}
+	if r := e.Rate(); r > after {
+		t.Errorf("assumed rate %.2f Mbit/s on a link that delivers %.2f with a standing queue", r/1e6, 0.96*after/1e6)
 	}
 }
 

@@ -83,6 +83,8 @@ CPU_BUSY_UNDERUSED_PCT = 70.0
 # 0.5 s by default: at 0.25 s the runner itself took ~12 % of a vCPU under TCG, enough to
 # tip runs at the edge into CPU-bound.
 SAMPLE_S = float(os.environ.get("LAB_SAMPLE_S", "0.5"))
+# How often the ping through the bond measures latency during a transfer.
+PING_INTERVAL_S = 0.2
 SHARE_WINDOW_S = float(os.environ.get("LAB_SHARE_WINDOW_S", "0.5"))
 # How often the CPE's metrics are scraped for aggd_link_up while links go down and come
 # back: during an idle outage, and during transfers with an outage in their schedule.
@@ -893,6 +895,13 @@ def ping_stats(text, skip_first=False):
     return st
 
 
+def ping_series(text, interval, t_start):
+    """[[t, ms], ...]: each echo's RTT at the time it was sent (icmp_seq counts from 1,
+    one every interval from t_start), to see how latency moved during a transfer."""
+    return [[round(t_start + (int(seq) - 1) * interval, 2), float(ms)]
+            for seq, ms in re.findall(r"icmp_seq=(\d+) .*time=([0-9.]+) ms", text)]
+
+
 # ---- the run -------------------------------------------------------------------------
 
 
@@ -1251,7 +1260,8 @@ log:
         smp.start()
         if watch:
             watch.start()
-        pingp = self.procs.start(client_ns, ping_out, "ping", "-i", "0.2", "-w", str(secs), target)
+        t_ping = time.time() - smp.t0
+        pingp = self.procs.start(client_ns, ping_out, "ping", "-i", str(PING_INTERVAL_S), "-w", str(secs), target)
         stop = threading.Event()
         applied = []
         t0 = smp.t0  # schedule, series and goodput share one clock
@@ -1286,7 +1296,8 @@ log:
                 for dd in (("up", "down") if ev.get("dir", "both") == "both" else (ev["dir"],)):
                     self.topo.set_rate(ev["link"], dd, lk[dd]["rate_mbit"])
         with open(ping_out) as f:
-            rtt = ping_stats(f.read())
+            ping_text = f.read()
+        rtt = ping_stats(ping_text)
         g, nbytes = iperf_goodput(j)
         # iperf3's intervals count from its own start; shift them onto the sampler's clock.
         off = j.get("_t_start", smp.t0) - smp.t0
@@ -1300,7 +1311,7 @@ log:
                                        "receiver": end.get("receiver_tcp_congestion")},
                "flow_start_s": round(off, 2), "flow_start_source": j.get("_t_start_source"),
                "sample_interval_s": SAMPLE_S,
-               "rtt_under_load": rtt, "cpu": cpu, "cpu_bound": cpu["cpu_bound"], "events": applied,
+               "rtt_under_load": rtt, "rtt_series": ping_series(ping_text, PING_INTERVAL_S, t_ping), "cpu": cpu, "cpu_bound": cpu["cpu_bound"], "events": applied,
                "series": [{"t": s["t"], "dt": s.get("dt"), "links_mbit": {n: v[d] for n, v in s["links"].items()},
                            "links_offered_mbit": {n: v[d] for n, v in s["links_in"].items()},
                            "cpu_total_pct": s["cpu_total_pct"], "vcpu_pct": s["cpu_pct"],
