@@ -1588,6 +1588,12 @@ log:
         vpn = sc.get("vpn")
         if vpn:
             target = self.vpn_setup(vpn)
+        # The path's own latency before any load (bond, and the VPN when there is one): the
+        # RTT under load is judged against the slowest link's, and this tells how much of
+        # the difference is there without a queue at all.
+        idle_ping = nsx("lan", "ping", "-c", "11", "-i", str(PING_INTERVAL_S), target, capture=True, check=False)
+        self.result["idle_path_rtt"] = dict(ping_stats(idle_ping, skip_first=True), target=target)
+        info(f"idle RTT through the {vpn or 'bond'} to {target}: p50 {self.result['idle_path_rtt'].get('p50_ms')} ms")
         self.result["transfers"] = []
         for d in sc["transfer"]["directions"]:
             for cc in ccs:
