@@ -101,10 +101,14 @@ const (
 	// the other links' queues (beyond its jitter and one packet's time) for its delivery
 	// to count as its capacity whatever it was given (queuesAlone).
 	aloneQueue = 10 * time.Millisecond
-	// fullPacketBits is a full-size packet, whose time on a link a queue measured
-	// against the smallest packets' delay can include.
-	fullPacketBits = 1500 * 8
 )
+
+// FullPacketTime is how long a full-size (1500-byte) packet takes to pass a link at
+// rateBps: what a queue measured against the smallest packets' delay can include, and
+// what the slowest link makes every packet of the bond wait.
+func FullPacketTime(rateBps float64) time.Duration {
+	return time.Duration(1500 * 8 / rateBps * float64(time.Second))
+}
 
 // MinSamplePackets is the fewest packets a sample must span to measure a capacity
 // (fewer make a rate too coarse and a minimum delay a lottery). Callers should extend
@@ -413,7 +417,7 @@ func (e *Estimator) queuesAlone(s Sample) bool {
 	}
 	margin := aloneQueue + s.Jitter
 	if e.kf.valid() {
-		margin += time.Duration(fullPacketBits / e.kf.x * float64(time.Second))
+		margin += FullPacketTime(e.kf.x)
 	}
 	return e.queue > max(e.cfg.QueueTarget, s.LeastQueue)+margin
 }

@@ -20,6 +20,7 @@ package tunnel
 import (
 	"time"
 
+	"github.com/aggd/aggd/internal/estimate"
 	"github.com/aggd/aggd/internal/wire"
 )
 
@@ -169,7 +170,7 @@ func (q *quietWatch) reset(sentNow uint64) {
 func quietCutoff(now time.Time, rtt time.Duration, rateBps float64) time.Time {
 	margin := quietMargin
 	if rateBps > 0 {
-		margin += min(maxQuietMargin, time.Duration(2*1500*8/rateBps*float64(time.Second)))
+		margin += min(maxQuietMargin, 2*estimate.FullPacketTime(rateBps))
 	}
 	return now.Add(-rtt - margin)
 }

@@ -340,13 +340,11 @@ func aqmTarget(configured, ceiling time.Duration, links []sched.LinkParams) time
 	t := configured
 	for _, p := range links {
 		if p.Usable && p.Class == sched.ClassPrimary && p.RateBps > 0 {
-			t = max(t, time.Duration(fullPacketBits/p.RateBps*float64(time.Second)))
+			t = max(t, estimate.FullPacketTime(p.RateBps))
 		}
 	}
 	return min(t, max(configured, ceiling))
 }
-
-const fullPacketBits = 1500 * 8
 
 // programFastPath hands the kernel the session's transmit side: keys, and each link's
 // addresses, state, class, rate and base delay as the scheduler has them.

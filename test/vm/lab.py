@@ -875,10 +875,14 @@ def receiver_intervals(j, reverse):
     return out
 
 
+def ping_echoes(text):
+    """[(icmp_seq, ms), ...] of the echoes ping's output shows answered."""
+    return [(int(seq), float(ms)) for seq, ms in re.findall(r"icmp_seq=(\d+) .*time=([0-9.]+) ms", text)]
+
+
 def ping_stats(text, skip_first=False):
     # skip_first: the first echo also waits for ARP, which a lossy link may lose (1 s).
-    rtts = [float(t) for seq, t in re.findall(r"icmp_seq=(\d+) .*time=([0-9.]+) ms", text)
-            if not (skip_first and seq == "1")]
+    rtts = [ms for seq, ms in ping_echoes(text) if not (skip_first and seq == 1)]
     sent = re.search(r"(\d+) packets transmitted, (\d+) received", text)
     if not rtts:
         return {"samples": 0}
@@ -898,8 +902,7 @@ def ping_stats(text, skip_first=False):
 def ping_series(text, interval, t_start):
     """[[t, ms], ...]: each echo's RTT at the time it was sent (icmp_seq counts from 1,
     one every interval from t_start), to see how latency moved during a transfer."""
-    return [[round(t_start + (int(seq) - 1) * interval, 2), float(ms)]
-            for seq, ms in re.findall(r"icmp_seq=(\d+) .*time=([0-9.]+) ms", text)]
+    return [[round(t_start + (seq - 1) * interval, 2), ms] for seq, ms in ping_echoes(text)]
 
 
 # ---- the run -------------------------------------------------------------------------
