@@ -905,6 +905,14 @@ def ping_series(text, interval, t_start):
     return [[round(t_start + (seq - 1) * interval, 2), ms] for seq, ms in ping_echoes(text)]
 
 
+def beside_vpn_rtt(bond_rtt, base):
+    """The RTT figure's detail in a VPN scenario: the same measure for a ping beside the
+    VPN, through the bond alone (nothing outside one)."""
+    if not bond_rtt or bond_rtt.get("p50_ms") is None:
+        return {}
+    return {"beside_vpn_p50_ms": bond_rtt["p50_ms"], "beside_vpn_p50_above_ms": round(bond_rtt["p50_ms"] - base, 1)}
+
+
 # ---- the run -------------------------------------------------------------------------
 
 
@@ -1265,6 +1273,11 @@ log:
             watch.start()
         t_ping = time.time() - smp.t0
         pingp = self.procs.start(client_ns, ping_out, "ping", "-i", str(PING_INTERVAL_S), "-w", str(secs), target)
+        # Inside a VPN the ping also waits for the VPN's own processes; a second one beside
+        # the tunnel, through the bond alone, tells the bond's share of that latency apart.
+        bond_ping_out = os.path.join(self.work, f"ping-{label}-{key}-bond.log") if target != SERVER else None
+        bond_pingp = (self.procs.start(client_ns, bond_ping_out, "ping", "-i", str(PING_INTERVAL_S), "-w", str(secs),
+                                       SERVER) if bond_ping_out else None)
         stop = threading.Event()
         applied = []
         t0 = smp.t0  # schedule, series and goodput share one clock
@@ -1289,6 +1302,17 @@ log:
         except subprocess.TimeoutExpired:
             pass
         self.procs.stop(pingp)
+        bond_rtt = None
+        if bond_pingp:
+            try:
+                bond_pingp.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+            self.procs.stop(bond_pingp)
+            with open(bond_ping_out) as f:
+                bond_text = f.read()
+            bond_rtt = dict(ping_stats(bond_text), target=SERVER,
+                            series=ping_series(bond_text, PING_INTERVAL_S, t_ping))
         # Every link back up and at its own rate, whatever the schedule did, so the next
         # transfer starts from the scenario's links (and its own schedule steps again).
         for ev in evs:
@@ -1314,7 +1338,8 @@ log:
                                        "receiver": end.get("receiver_tcp_congestion")},
                "flow_start_s": round(off, 2), "flow_start_source": j.get("_t_start_source"),
                "sample_interval_s": SAMPLE_S,
-               "rtt_under_load": rtt, "rtt_series": ping_series(ping_text, PING_INTERVAL_S, t_ping), "cpu": cpu, "cpu_bound": cpu["cpu_bound"], "events": applied,
+               "rtt_under_load": rtt, "rtt_series": ping_series(ping_text, PING_INTERVAL_S, t_ping),
+               "rtt_under_load_beside_vpn": bond_rtt, "cpu": cpu, "cpu_bound": cpu["cpu_bound"], "events": applied,
                "series": [{"t": s["t"], "dt": s.get("dt"), "links_mbit": {n: v[d] for n, v in s["links"].items()},
                            "links_offered_mbit": {n: v[d] for n, v in s["links_in"].items()},
                            "cpu_total_pct": s["cpu_total_pct"], "vcpu_pct": s["cpu_pct"],
@@ -1354,7 +1379,9 @@ log:
         if cc and used and used != cc:
             self.result["notes"].append(f"{key}: asked iperf3 for {cc}, the sender used {used}")
         info(f"goodput {g:.2f} Mbit/s ({'completed' if out['completed'] else 'FAILED: ' + str(err)}; sender's "
-             f"congestion control {used or '?'}), RTT under load p50 {rtt.get('p50_ms')} ms p95 {rtt.get('p95_ms')} ms, "
+             f"congestion control {used or '?'}), RTT under load p50 {rtt.get('p50_ms')} ms p95 {rtt.get('p95_ms')} ms"
+             + (f" (beside the VPN, through the bond alone: p50 {bond_rtt.get('p50_ms')} ms)" if bond_rtt else "")
+             + ", "
              f"cpu {cpu['total_busy_pct']}% (aggd {cpu['aggd_cpu_pct']}, lab runner {cpu.get('lab_runner_cpu_pct')})"
              + ("  [CPU-BOUND: " + "; ".join(cpu["reasons"]) + "]" if cpu["cpu_bound"] else ""))
         if out["stall"]:
@@ -1597,6 +1624,11 @@ log:
         idle_ping = nsx("lan", "ping", "-c", "11", "-i", str(PING_INTERVAL_S), target, capture=True, check=False)
         self.result["idle_path_rtt"] = dict(ping_stats(idle_ping, skip_first=True), target=target)
         info(f"idle RTT through the {vpn or 'bond'} to {target}: p50 {self.result['idle_path_rtt'].get('p50_ms')} ms")
+        if vpn:
+            idle_ping = nsx("lan", "ping", "-c", "11", "-i", str(PING_INTERVAL_S), SERVER, capture=True, check=False)
+            self.result["idle_bond_rtt"] = dict(ping_stats(idle_ping, skip_first=True), target=SERVER)
+            info(f"idle RTT through the bond beside the {vpn} to {SERVER}: "
+                 f"p50 {self.result['idle_bond_rtt'].get('p50_ms')} ms")
         self.result["transfers"] = []
         for d in sc["transfer"]["directions"]:
             for cc in ccs:
@@ -1946,7 +1978,8 @@ def control_figures(r, sc):
             add("rtt_under_load_p50_above_slowest_used_link_ms", round(rtt["p50_ms"] - base, 1), 30, "ms",
                 rtt["p50_ms"] - base <= 30, cpu, t, p50_ms=rtt["p50_ms"], p95_ms=rtt.get("p95_ms"),
                 p95_above_ms=round(rtt["p95_ms"] - base, 1) if rtt.get("p95_ms") is not None else None,
-                slowest_used_link=slow, its_idle_rtt_ms=base, pings=rtt.get("samples"))
+                slowest_used_link=slow, its_idle_rtt_ms=base, pings=rtt.get("samples"),
+                **beside_vpn_rtt(t.get("rtt_under_load_beside_vpn"), base))
         for f in t.get("failover_figures", []):
             never = f["recovery_s"] is None
             add(f"failover_recovery_{f['link']}_s", f["recovery_s"], 1, "s", not never and f["recovery_s"] <= 1, cpu, t,
