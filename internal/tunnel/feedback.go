@@ -1,0 +1,159 @@
+package tunnel
+
+// FEEDBACK: each side reports every probe interval what arrived on each link, and the
+// other side turns the reports into its links' samples, health verdicts and the bond's
+// standing queue (docs/architecture.md §5).
+
+import (
+	"slices"
+	"time"
+
+	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/estimate"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// sendFeedback reports what arrived on each link to the peer. The peer steers its
+// traffic by these reports and needs them most when one of its links dies (quiet.go),
+// so a report the peer sends much by goes on the two best links (feedbackRoutes): the
+// copy on the second keeps the reports coming when the best one dies. A report on a
+// session that mostly sends goes once, unless one of our links is in doubt: it rides in
+// the loaded direction, where its second copy would take data capacity (about 0.3 % of
+// a 4.5 Mbit/s bond), and what it reports on is the peer's lighter traffic, such as the
+// ACKs of our own data. Both copies carry one timestamp, so the peer takes the first and
+// ignores the other as stale.
+func (s *Session) sendFeedback(links []*link) {
+	var reports []wire.LinkReport
+	var received, sent uint64
+	for _, l := range links {
+		r := l.rx.report(l.spec.ID)
+		reports = append(reports, r)
+		received += r.RxBytes
+		sent += l.txData.Load()
+	}
+	doubt := slices.ContainsFunc(links, (*link).owes) || slices.ContainsFunc(links, (*link).isSuspect)
+	copies := feedbackCopies(grownBy(received, s.fbReceived), grownBy(sent, s.fbSent), doubt)
+	s.fbReceived, s.fbSent = received, sent
+	stamp := clock.Micros32(clock.Nanos())
+	for _, via := range feedbackRoutes(links, copies) {
+		fb := wire.FeedbackBody{Counter: s.txCtrl.Add(1), Links: reports}
+		s.sendControlStamped(via, wire.TypeFeedback, 0, 0, fb.Append(nil), stamp)
+	}
+}
+
+// feedbackCopies is how many links a FEEDBACK goes on, from the bytes received and
+// sent since the last one: two unless the session sent more than it received and none
+// of its links is in doubt.
+func feedbackCopies(received, sent uint64, doubt bool) int {
+	if doubt || received >= sent {
+		return 2
+	}
+	return 1
+}
+
+// grownBy is how much a sum of counters grew; a link removed since can make it shrink,
+// which counts as no growth.
+func grownBy(now, before uint64) uint64 {
+	if now < before {
+		return 0
+	}
+	return now - before
+}
+
+// feedbackRoutes picks up to n links in the schedule for a FEEDBACK: links that are
+// not suspect first, then the lowest RTT.
+func feedbackRoutes(links []*link, n int) []*link {
+	var routes []*link
+	better := func(a, b *link) bool {
+		if sa, sb := a.isSuspect(), b.isSuspect(); sa != sb {
+			return sb
+		}
+		return a.rtt() < b.rtt()
+	}
+	for _, l := range links {
+		if !l.isUp() {
+			continue
+		}
+		switch {
+		case len(routes) < 2:
+			routes = append(routes, l)
+		case better(l, routes[1]):
+			routes[1] = l
+		}
+		if len(routes) == 2 && better(routes[1], routes[0]) {
+			routes[0], routes[1] = routes[1], routes[0]
+		}
+	}
+	return routes[:min(n, len(routes))]
+}
+
+// onFeedback hands each link its report, then the estimators their samples: together,
+// because each needs the least queue among all the links that carried traffic.
+func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackBody) {
+	type period struct {
+		l   *link
+		smp estimate.Sample
+	}
+	var periods []period
+	least, most := time.Duration(-1), time.Duration(0)
+	s.feedbackMu.Lock()
+	defer s.feedbackMu.Unlock()
+	// FEEDBACK goes out on whichever link is best at the moment, so an older one can
+	// arrive after a newer one. Its cumulative counters would then run backwards, and a
+	// difference of them wrap: a stale report once made a 3 Mbit/s link look like
+	// 34 Pbit/s. Only reports newer than the last one count.
+	if s.haveFeedback && int32(peerTime-s.lastFeedback) <= 0 {
+		s.log.Debug("stale FEEDBACK ignored", "peer_time_us", peerTime, "newest_us", s.lastFeedback)
+		return
+	}
+	s.lastFeedback, s.haveFeedback = peerTime, true
+	if s.fp != nil {
+		s.mergeFastTx(s.allLinks())
+	}
+	// Which links the report shows data arriving on, each judged once: a link's quiet
+	// counts only next to another that delivers (quiet.go).
+	links := make([]*link, len(body.Links))
+	progress := make([]bool, len(body.Links))
+	delivering := 0
+	for i, r := range body.Links {
+		if links[i] = s.link(r.LinkID); links[i] != nil && links[i].delivering(r) {
+			progress[i] = true
+			delivering++
+		}
+	}
+	for i, r := range body.Links {
+		fl := links[i]
+		if fl == nil {
+			continue
+		}
+		others := delivering
+		if progress[i] {
+			others--
+		}
+		smp, ok := fl.onFeedback(now, peerTime, r, others > 0)
+		if !ok {
+			continue
+		}
+		periods = append(periods, period{fl, smp})
+		if smp.HaveQueue && smp.Delivered > 0 {
+			if least < 0 || smp.Queue < least {
+				least = smp.Queue
+			}
+			most = max(most, smp.Queue)
+		}
+	}
+	for _, p := range periods {
+		p.smp.LeastQueue, p.smp.MostQueue = max(least, 0), most
+		p.l.estimate(p.smp)
+	}
+	// A report that shows a busy link's data stopped arriving acts now, not at the
+	// next tick (quiet.go).
+	for _, fl := range links {
+		if fl != nil && fl.quietReports() > 0 {
+			s.checkLinkHealth(fl, now)
+		}
+	}
+	s.bondQueue.Store(int64(max(least, 0)))
+	s.bondQueueGen.Add(1)
+	s.schedDue.Store(true)
+}
