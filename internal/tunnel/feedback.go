@@ -5,7 +5,6 @@ package tunnel
 // standing queue (docs/architecture.md §5).
 
 import (
-	"slices"
 	"time"
 
 	"github.com/aggd/aggd/internal/clock"
@@ -13,56 +12,29 @@ import (
 	"github.com/aggd/aggd/internal/wire"
 )
 
-// sendFeedback reports what arrived on each link to the peer. The peer steers its
-// traffic by these reports and needs them most when one of its links dies (quiet.go),
-// so a report the peer sends much by goes on the two best links (feedbackRoutes): the
-// copy on the second keeps the reports coming when the best one dies. A report on a
-// session that mostly sends goes once, unless one of our links is in doubt: it rides in
-// the loaded direction, where its second copy would take data capacity (about 0.3 % of
-// a 4.5 Mbit/s bond), and what it reports on is the peer's lighter traffic, such as the
-// ACKs of our own data. Both copies carry one timestamp, so the peer takes the first and
-// ignores the other as stale.
+// sendFeedback reports what arrived on each link to the peer, on the two best links
+// (feedbackRoutes): the copy on the second keeps the reports coming when the best one
+// dies, and the peer needs them most then, to see which of its links went quiet
+// (quiet.go). Both copies carry one timestamp, so the peer takes the first and ignores
+// the other as stale. Where the reports ride in the loaded direction the second copy
+// takes about 0.57 % of a 4.5 Mbit/s bond; sending it only while the reporting side
+// received more than it sent, or had a link in doubt, was tried and left the downstream
+// failover slower to recover (BENCHMARKS.md, "One FEEDBACK copy from the sending side").
 func (s *Session) sendFeedback(links []*link) {
 	var reports []wire.LinkReport
-	var received, sent uint64
 	for _, l := range links {
-		r := l.rx.report(l.spec.ID)
-		reports = append(reports, r)
-		received += r.RxBytes
-		sent += l.txData.Load()
+		reports = append(reports, l.rx.report(l.spec.ID))
 	}
-	doubt := slices.ContainsFunc(links, (*link).owes) || slices.ContainsFunc(links, (*link).isSuspect)
-	copies := feedbackCopies(grownBy(received, s.fbReceived), grownBy(sent, s.fbSent), doubt)
-	s.fbReceived, s.fbSent = received, sent
 	stamp := clock.Micros32(clock.Nanos())
-	for _, via := range feedbackRoutes(links, copies) {
+	for _, via := range feedbackRoutes(links) {
 		fb := wire.FeedbackBody{Counter: s.txCtrl.Add(1), Links: reports}
 		s.sendControlStamped(via, wire.TypeFeedback, 0, 0, fb.Append(nil), stamp)
 	}
 }
 
-// feedbackCopies is how many links a FEEDBACK goes on, from the bytes received and
-// sent since the last one: two unless the session sent more than it received and none
-// of its links is in doubt.
-func feedbackCopies(received, sent uint64, doubt bool) int {
-	if doubt || received >= sent {
-		return 2
-	}
-	return 1
-}
-
-// grownBy is how much a sum of counters grew; a link removed since can make it shrink,
-// which counts as no growth.
-func grownBy(now, before uint64) uint64 {
-	if now < before {
-		return 0
-	}
-	return now - before
-}
-
-// feedbackRoutes picks up to n links in the schedule for a FEEDBACK: links that are
+// feedbackRoutes picks up to two links in the schedule for a FEEDBACK: links that are
 // not suspect first, then the lowest RTT.
-func feedbackRoutes(links []*link, n int) []*link {
+func feedbackRoutes(links []*link) []*link {
 	var routes []*link
 	better := func(a, b *link) bool {
 		if sa, sb := a.isSuspect(), b.isSuspect(); sa != sb {
@@ -84,7 +56,7 @@ func feedbackRoutes(links []*link, n int) []*link {
 			routes[0], routes[1] = routes[1], routes[0]
 		}
 	}
-	return routes[:min(n, len(routes))]
+	return routes
 }
 
 // onFeedback hands each link its report, then the estimators their samples: together,

@@ -190,7 +190,7 @@ func TestFeedbackRoutes(t *testing.T) {
 	d.mu.Unlock()
 	names := func() []string {
 		var n []string
-		for _, l := range feedbackRoutes(s.allLinks(), 2) {
+		for _, l := range feedbackRoutes(s.allLinks()) {
 			n = append(n, l.spec.Name)
 		}
 		return n
@@ -203,50 +203,6 @@ func TestFeedbackRoutes(t *testing.T) {
 	b.mu.Unlock()
 	if got := names(); len(got) != 2 || got[0] != c.spec.Name || got[1] != a.spec.Name {
 		t.Fatalf("routes %v with b suspect, want [c a]", got)
-	}
-}
-
-// A FEEDBACK goes on two links from the session that mostly receives (the peer steers
-// by it, and most when a link dies), on one from the session that mostly sends (there it
-// takes data capacity), and on two again while one of the sender's links is in doubt.
-func TestFeedbackCopies(t *testing.T) {
-	p := newPipePair(t)
-	for _, s := range []*Session{p.tx, p.rx} {
-		for _, l := range s.allLinks() {
-			l.onReply(p.clk, time.Millisecond)
-		}
-	}
-	feedbacks := func(from *Session) int {
-		p.pump()
-		from.sendFeedback(from.allLinks())
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		n := 0
-		for _, q := range p.queue {
-			if q.pkt[0] == wire.Version<<4|uint8(wire.TypeFeedback) {
-				n++
-			}
-		}
-		return n
-	}
-	if got := feedbacks(p.rx); got != 2 {
-		t.Fatalf("an idle session sent %d FEEDBACK copies, want 2", got)
-	}
-	p.send(40)
-	if got := feedbacks(p.rx); got != 2 {
-		t.Fatalf("the receiving session sent %d FEEDBACK copies, want 2", got)
-	}
-	p.send(40)
-	if got := feedbacks(p.tx); got != 1 {
-		t.Fatalf("the sending session sent %d FEEDBACK copies, want 1", got)
-	}
-	p.send(40)
-	l := p.tx.allLinks()[0]
-	l.mu.Lock()
-	l.setState(stateSuspect)
-	l.mu.Unlock()
-	if got := feedbacks(p.tx); got != 2 {
-		t.Fatalf("the sending session sent %d FEEDBACK copies with a link in doubt, want 2", got)
 	}
 }
 

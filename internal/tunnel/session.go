@@ -92,9 +92,6 @@ type Session struct {
 	feedbackMu   sync.Mutex
 	lastFeedback uint32
 	haveFeedback bool
-	// fbReceived and fbSent are the bytes received and sent on all links when the last
-	// FEEDBACK went out (sendFeedback; the tick's goroutine only).
-	fbReceived, fbSent uint64
 
 	// Receive: the resequencer and its hold timer.
 	rxMu  sync.Mutex
