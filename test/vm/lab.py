@@ -905,6 +905,21 @@ def ping_series(text, interval, t_start):
     return [[round(t_start + (seq - 1) * interval, 2), ms] for seq, ms in ping_echoes(text)]
 
 
+# How far a link's measured idle RTT may lie above its configured one (both ways' delay
+# and twice their jitter) before it is no measure of the link: the emulated VM's own
+# stalls, not the link. TCG adds a few ms; this leaves room for far more.
+IDLE_RTT_SLACK_MS = 50
+
+
+def configured_rtt_ms(link):
+    return sum(link[d]["delay_ms"] + 2 * (link[d].get("jitter_ms") or 0) for d in ("up", "down"))
+
+
+def idle_rtt_implausible(link, idle):
+    p50 = (idle or {}).get("p50_ms")
+    return p50 is None or p50 > configured_rtt_ms(link) + IDLE_RTT_SLACK_MS
+
+
 def beside_vpn_rtt(bond_rtt, base):
     """The RTT figure's detail in a VPN scenario: the same measure for a ping beside the
     VPN, through the bond alone (nothing outside one)."""
@@ -949,6 +964,17 @@ class Run:
         self.port += 1
         return self.port
 
+    def measure_idle_rtts(self, bs, links=None):
+        """Each link's RTT at idle, without the tunnel: 6 pings, the first left out."""
+        links = links or self.sc["links"]
+        pings = [self.procs.start("cpe", os.path.join(self.work, f"ping-idle-{l['index']}.log"), "ping", "-c", "6",
+                                  "-i", "0.2", "-W", "2", f"10.98.{l['index']}.1") for l in links]
+        for p, l, b in zip(pings, links, bs):
+            p.wait(20)
+            self.procs.stop(p)
+            with open(os.path.join(self.work, f"ping-idle-{l['index']}.log")) as f:
+                b["idle_rtt"] = ping_stats(f.read(), skip_first=True)
+
     # -- phases --
     def baselines(self):
         secs = self.sc["baseline_s"]
@@ -965,13 +991,16 @@ class Run:
                     if kk in l[d]:
                         b[d][kk] = l[d][kk]
             bs.append(b)
-        pings = [self.procs.start("cpe", os.path.join(self.work, f"ping-idle-{l['index']}.log"), "ping", "-c", "6",
-                                  "-i", "0.2", "-W", "2", f"10.98.{l['index']}.1") for l in self.sc["links"]]
-        for p, l, b in zip(pings, self.sc["links"], bs):
-            p.wait(20)
-            self.procs.stop(p)
-            with open(os.path.join(self.work, f"ping-idle-{l['index']}.log")) as f:
-                b["idle_rtt"] = ping_stats(f.read(), skip_first=True)
+        self.measure_idle_rtts(bs)
+        for l, b in zip(self.sc["links"], bs):
+            if idle_rtt_implausible(l, b["idle_rtt"]):
+                # A link's first pings now and then take hundreds of ms in the emulated VM
+                # (seen once in CI: 68–882 ms on a 30-ms link): measured again, once.
+                log(f"idle RTT of {l['name']} ({b['idle_rtt'].get('p50_ms')} ms) is far above its configured "
+                    f"{configured_rtt_ms(l)} ms; measuring it again")
+                b["idle_rtt_first"] = b["idle_rtt"]
+                self.measure_idle_rtts([b], [l])
+                b["idle_rtt_implausible"] = idle_rtt_implausible(l, b["idle_rtt"])
         for d in ("up", "down"):
             groups = [list(zip(self.sc["links"], bs))] if par else [[x] for x in zip(self.sc["links"], bs)]
             for g in groups:
@@ -1933,6 +1962,7 @@ def control_figures(r, sc):
     figs = []
     target = sc.get("target_ratio")
     idle_rtt = {b["name"]: (b.get("idle_rtt") or {}).get("p50_ms") for b in r["links"]}
+    implausible = {b["name"]: b.get("idle_rtt_implausible", False) for b in r["links"]}
 
     def add(name, value, limit, unit, ok, cpu_bound=False, transfer=None, status=None, **extra):
         if status is None:
@@ -1975,8 +2005,12 @@ def control_figures(r, sc):
         if used and rtt.get("p50_ms") is not None:
             slow = max(used, key=lambda n: idle_rtt[n])
             base = idle_rtt[slow]
+            bogus = implausible.get(slow, False)
             add("rtt_under_load_p50_above_slowest_used_link_ms", round(rtt["p50_ms"] - base, 1), 30, "ms",
-                rtt["p50_ms"] - base <= 30, cpu, t, p50_ms=rtt["p50_ms"], p95_ms=rtt.get("p95_ms"),
+                rtt["p50_ms"] - base <= 30, cpu, t, status="n/a" if bogus else None,
+                note=(f"{slow}'s idle RTT was far above its configured RTT twice: no reference for this figure"
+                      if bogus else None),
+                p50_ms=rtt["p50_ms"], p95_ms=rtt.get("p95_ms"),
                 p95_above_ms=round(rtt["p95_ms"] - base, 1) if rtt.get("p95_ms") is not None else None,
                 slowest_used_link=slow, its_idle_rtt_ms=base, pings=rtt.get("samples"),
                 **beside_vpn_rtt(t.get("rtt_under_load_beside_vpn"), base))
