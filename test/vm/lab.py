@@ -920,6 +920,12 @@ def idle_rtt_implausible(link, idle):
     return p50 is None or p50 > configured_rtt_ms(link) + IDLE_RTT_SLACK_MS
 
 
+def idle_rtt_to(target):
+    """The RTT from the LAN host to target before any load: 11 pings, the first left out."""
+    text = nsx("lan", "ping", "-c", "11", "-i", str(PING_INTERVAL_S), target, capture=True, check=False)
+    return dict(ping_stats(text, skip_first=True), target=target)
+
+
 def beside_vpn_rtt(bond_rtt, base):
     """The RTT figure's detail in a VPN scenario: the same measure for a ping beside the
     VPN, through the bond alone (nothing outside one)."""
@@ -963,6 +969,20 @@ class Run:
     def next_port(self):
         self.port += 1
         return self.port
+
+    def start_ping(self, ns, out, secs, target):
+        """A ping from ns to target every PING_INTERVAL_S for secs, its output into out."""
+        return self.procs.start(ns, out, "ping", "-i", str(PING_INTERVAL_S), "-w", str(secs), target)
+
+    def finish_ping(self, p, out):
+        """Waits for a start_ping ping to end (10 s at most) and returns its output."""
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.procs.stop(p)
+        with open(out) as f:
+            return f.read()
 
     def measure_idle_rtts(self, bs, links=None):
         """Each link's RTT at idle, without the tunnel: 6 pings, the first left out."""
@@ -1301,12 +1321,11 @@ log:
         if watch:
             watch.start()
         t_ping = time.time() - smp.t0
-        pingp = self.procs.start(client_ns, ping_out, "ping", "-i", str(PING_INTERVAL_S), "-w", str(secs), target)
+        pingp = self.start_ping(client_ns, ping_out, secs, target)
         # Inside a VPN the ping also waits for the VPN's own processes; a second one beside
         # the tunnel, through the bond alone, tells the bond's share of that latency apart.
         bond_ping_out = os.path.join(self.work, f"ping-{label}-{key}-bond.log") if target != SERVER else None
-        bond_pingp = (self.procs.start(client_ns, bond_ping_out, "ping", "-i", str(PING_INTERVAL_S), "-w", str(secs),
-                                       SERVER) if bond_ping_out else None)
+        bond_pingp = self.start_ping(client_ns, bond_ping_out, secs, SERVER) if bond_ping_out else None
         stop = threading.Event()
         applied = []
         t0 = smp.t0  # schedule, series and goodput share one clock
@@ -1326,20 +1345,10 @@ log:
         sched.join(5)
         samples = smp.stop()
         scrapes = watch.stop() if watch else []
-        try:
-            pingp.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-        self.procs.stop(pingp)
+        ping_text = self.finish_ping(pingp, ping_out)
         bond_rtt = None
         if bond_pingp:
-            try:
-                bond_pingp.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-            self.procs.stop(bond_pingp)
-            with open(bond_ping_out) as f:
-                bond_text = f.read()
+            bond_text = self.finish_ping(bond_pingp, bond_ping_out)
             bond_rtt = dict(ping_stats(bond_text), target=SERVER,
                             series=ping_series(bond_text, PING_INTERVAL_S, t_ping))
         # Every link back up and at its own rate, whatever the schedule did, so the next
@@ -1351,8 +1360,6 @@ log:
                 lk = self.topo.link(ev["link"])
                 for dd in (("up", "down") if ev.get("dir", "both") == "both" else (ev["dir"],)):
                     self.topo.set_rate(ev["link"], dd, lk[dd]["rate_mbit"])
-        with open(ping_out) as f:
-            ping_text = f.read()
         rtt = ping_stats(ping_text)
         g, nbytes = iperf_goodput(j)
         # iperf3's intervals count from its own start; shift them onto the sampler's clock.
@@ -1650,12 +1657,10 @@ log:
         # The path's own latency before any load (bond, and the VPN when there is one): the
         # RTT under load is judged against the slowest link's, and this tells how much of
         # the difference is there without a queue at all.
-        idle_ping = nsx("lan", "ping", "-c", "11", "-i", str(PING_INTERVAL_S), target, capture=True, check=False)
-        self.result["idle_path_rtt"] = dict(ping_stats(idle_ping, skip_first=True), target=target)
+        self.result["idle_path_rtt"] = idle_rtt_to(target)
         info(f"idle RTT through the {vpn or 'bond'} to {target}: p50 {self.result['idle_path_rtt'].get('p50_ms')} ms")
         if vpn:
-            idle_ping = nsx("lan", "ping", "-c", "11", "-i", str(PING_INTERVAL_S), SERVER, capture=True, check=False)
-            self.result["idle_bond_rtt"] = dict(ping_stats(idle_ping, skip_first=True), target=SERVER)
+            self.result["idle_bond_rtt"] = idle_rtt_to(SERVER)
             info(f"idle RTT through the bond beside the {vpn} to {SERVER}: "
                  f"p50 {self.result['idle_bond_rtt'].get('p50_ms')} ms")
         self.result["transfers"] = []
