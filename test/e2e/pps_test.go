@@ -111,6 +111,15 @@ func BenchmarkForwardingPPS(b *testing.B) {
 	if out, err := exec.Command(aggdBinary, "version").Output(); err == nil {
 		res.AggdVersion = strings.TrimSpace(string(out))
 	}
+	stopStats, err := enableBPFStats()
+	if err != nil {
+		b.Fatalf("AGGD_PPS_BPF_STATS=1: cannot turn on the kernel's BPF run statistics: %v (needs Linux 5.8 and CAP_SYS_ADMIN)", err)
+	}
+	if stopStats != nil {
+		defer stopStats()
+		ppsBPFStats = true
+		res.BPFStats = "on: every program run also read the clock twice, so these cells' CPU figures include that cost"
+	}
 
 	// The plain reference first: the same hosts, routers and NAT without aggd, paced only.
 	// What a path costs above it is what the tunnel adds (added_forwarding_cores).
@@ -192,6 +201,9 @@ func BenchmarkForwardingPPS(b *testing.B) {
 		"path", "load", "dir", "size", "sent_pps", "pps", "loss", "busy", "pps/busy", "aggdC", "aggdH", "fwd", "pps/fwd", "cpu-s/Gb", "fast tx/rx")
 	for _, c := range res.Cells {
 		fmt.Fprintf(&tbl, "%s\n", c.row())
+		if line := c.bpfLine(); line != "" {
+			fmt.Fprintf(&tbl, "     %s\n", line)
+		}
 	}
 	fmt.Fprintf(&tbl, "fast/slow ratio of pps per core (target >= 5, forwarding basis):\n")
 	fmt.Fprintf(&tbl, "%-5s %-4s %5s %12s %12s %12s  %s\n", "load", "dir", "size", "busy-basis", "fwd-basis", "added-basis", "note")
@@ -305,6 +317,7 @@ type ppsResult struct {
 	Paths            []ppsPathStatus `json:"path_status"`
 	Cells            []ppsCell       `json:"cells"`
 	Ratios           []ppsRatio      `json:"fast_over_slow"`
+	BPFStats         string          `json:"bpf_run_stats,omitempty"` // AGGD_PPS_BPF_STATS=1
 }
 
 type ppsPathStatus struct {
@@ -355,6 +368,10 @@ type ppsCell struct {
 	FastTxFraction   *float64                      `json:"fast_tx_fraction,omitempty"`
 	FastRxFraction   *float64                      `json:"fast_rx_fraction,omitempty"`
 	FastPathCounters map[string]map[string]float64 `json:"fastpath_counter_deltas,omitempty"`
+	// With AGGD_PPS_BPF_STATS=1: aggd's BPF programs over the window, and the
+	// forwarding time per delivered packet they are part of.
+	BPFPrograms    []ppsBPFProgram `json:"bpf_programs,omitempty"`
+	FwdNsPerPacket float64         `json:"forwarding_ns_per_delivered_packet,omitempty"`
 }
 
 type ppsRatio struct {
@@ -436,9 +453,11 @@ func runPPSCell(b *testing.B, bd *bond, c *ppsCell, measure time.Duration) {
 	fp0 := ppsFastCounters(bd, c.Path)
 	snmp0, tun0 := udpRcvbufErrors(bd, dst), tunTxDropped(bd, entry)
 	backlog0 := softnetDropped()
+	bpf0 := ppsReadBPFRuns(b)
 	s0 := takeCPUSample(b, bd, &sent, &received)
 	time.Sleep(measure)
 	s1 := takeCPUSample(b, bd, &sent, &received)
+	bpf1 := ppsReadBPFRuns(b)
 	backlog1 := softnetDropped()
 	snmp1, tun1 := udpRcvbufErrors(bd, dst), tunTxDropped(bd, entry)
 	fp1 := ppsFastCounters(bd, c.Path)
@@ -470,6 +489,12 @@ func runPPSCell(b *testing.B, bd *bond, c *ppsCell, measure time.Duration) {
 	c.BenchCores = cores(s1.self, s0.self)
 	c.IRQSoftirqCores = cores(s1.irqSI, s0.irqSI)
 	c.ForwardingCores = c.CPECores + c.HeadendCores + c.IRQSoftirqCores
+	if bpf1 != nil {
+		c.BPFPrograms = bpfRunDeltas(bpf0, bpf1, s1.received-s0.received)
+		if c.DeliveredPPS > 0 {
+			c.FwdNsPerPacket = c.ForwardingCores / c.DeliveredPPS * 1e9
+		}
+	}
 	if c.BusyCores > 0 {
 		c.AggdShare = (c.CPECores + c.HeadendCores) / c.BusyCores
 	}
