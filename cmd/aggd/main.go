@@ -28,6 +28,8 @@ Usage:
   aggd headend --config FILE [--no-bpf|--fast-path]    run on the headend server
   aggd check-config [--offline] [--role cpe|headend] FILE
                                            validate a config file and print every problem
+  aggd status [--config FILE | --addr HOST:PORT] [--interval D] [--watch]
+                                           show a running daemon's links and how it splits traffic
   aggd genkey                              print a new private key (base64)
   aggd pubkey                              read a private key on stdin, print its public key
   aggd version                             print the version
@@ -37,6 +39,7 @@ Examples:
   aggd pubkey < /etc/aggd/private.key
   aggd check-config /etc/aggd/cpe.yaml
   aggd cpe --config /etc/aggd/cpe.yaml
+  aggd status --watch
 
 Documented example configs: configs/cpe.example.yaml, configs/headend.example.yaml.
 Run 'aggd COMMAND --help' for a command's flags.
@@ -59,6 +62,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return runDaemon(cmd, rest, stderr)
 	case "check-config":
 		return checkConfig(rest, stdout, stderr)
+	case "status":
+		return showStatus(rest, stdout, stderr)
 	case "genkey":
 		return genkey(stdout, stderr)
 	case "pubkey":

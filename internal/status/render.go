@@ -1,0 +1,168 @@
+package status
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Render writes cur for people. With prev (an earlier reading of the same daemon) it
+// also shows what each link sends and receives now, and each link's share of what
+// the peer sends: the split the scheduler makes.
+func Render(w io.Writer, prev, cur *Snapshot) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "aggd %s, %s\n", cur.Version, plural(cur.Sessions, "session"))
+	if cur.Fallback {
+		b.WriteString("FALLBACK: the headend does not answer; new LAN connections leave directly through the best uplink\n")
+	}
+	if line := fastPathLine(cur); line != "" {
+		b.WriteString(line + "\n")
+	}
+	if len(cur.Peers) == 0 {
+		b.WriteString("no peers yet: no handshake has completed (see the daemon's log)\n")
+	}
+	var dt float64
+	if prev != nil {
+		dt = cur.At.Sub(prev.At).Seconds()
+	}
+	for _, p := range cur.Peers {
+		b.WriteString("\n")
+		renderPeer(&b, p, peerIn(prev, p.Name), dt)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func renderPeer(b *strings.Builder, p, prev *Peer, dt float64) {
+	fmt.Fprintf(b, "peer %s\n", p.Name)
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	head := []string{"  link", "state", "rtt", "queue", "loss", "capacity", "scheduler"}
+	if prev != nil {
+		head = append(head, "sending", "share", "receiving")
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	sending := make([]float64, len(p.Links))
+	receiving := make([]float64, len(p.Links))
+	total, totalRx := 0.0, 0.0
+	if prev != nil {
+		for i, l := range p.Links {
+			if old := prev.Link(l.Name); old != nil {
+				sending[i] = rate(old.TxBytes, l.TxBytes, dt)
+				receiving[i] = rate(old.RxBytes, l.RxBytes, dt)
+				total += max(sending[i], 0)
+				totalRx += max(receiving[i], 0)
+			}
+		}
+	}
+	for i, l := range p.Links {
+		row := []string{"  " + l.Name, l.State(), millis(l.RTT), queue(l.QueueDelay),
+			percent(l.Loss), estimate(l.Capacity), estimate(l.SchedRate)}
+		if prev != nil {
+			share := "-"
+			if total > 0 && sending[i] >= 0 {
+				share = percent(sending[i] / total)
+			}
+			row = append(row, mbit(sending[i]), share, mbit(receiving[i]))
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	if prev != nil {
+		fmt.Fprintln(tw, strings.Join([]string{"  all links", "", "", "", "", "", "", mbit(total), "", mbit(totalRx)}, "\t"))
+	}
+	_ = tw.Flush()
+	if p.ReorderHeld > 0 || p.ReorderLost > 0 {
+		fmt.Fprintf(b, "  reordering: %.0f packets waited for an earlier one (mean %s), %.0f given up as lost\n",
+			p.ReorderHeld, millis(seconds(p.ReorderHoldSeconds/max(p.ReorderHeld, 1))), p.ReorderLost)
+	}
+}
+
+func peerIn(s *Snapshot, name string) *Peer {
+	if s == nil {
+		return nil
+	}
+	return s.Peer(name)
+}
+
+// fastPathLine says how much of the data the kernel fast path carried since the
+// daemon started, or nothing when the fast path is off.
+func fastPathLine(s *Snapshot) string {
+	tx, rx := s.FastTx+s.SlowTx, s.FastRx+s.SlowRx
+	if tx == 0 && rx == 0 {
+		return ""
+	}
+	part := func(fast, all float64) string {
+		if all == 0 {
+			return "-"
+		}
+		return percent(fast / all)
+	}
+	return fmt.Sprintf("fast path: %s of the data sent and %s of the data received handled in the kernel",
+		part(s.FastTx, tx), part(s.FastRx, rx))
+}
+
+// rate is the bit rate between two byte counter readings; -1 if the counter went
+// back (the daemon restarted in between).
+func rate(before, after, dt float64) float64 {
+	if after < before || dt <= 0 {
+		return -1
+	}
+	return (after - before) * 8 / dt
+}
+
+func mbit(bps float64) string {
+	switch {
+	case bps < 0:
+		return "-"
+	case bps == 0:
+		return "0"
+	case bps < 1e6:
+		return fmt.Sprintf("%.0f kbit/s", bps/1e3)
+	case bps < 100e6:
+		return fmt.Sprintf("%.1f Mbit/s", bps/1e6)
+	}
+	return fmt.Sprintf("%.0f Mbit/s", bps/1e6)
+}
+
+// estimate is mbit for an estimate, where 0 means none yet.
+func estimate(bps float64) string {
+	if bps == 0 {
+		return "-"
+	}
+	return mbit(bps)
+}
+
+// queue is a queueing delay: 0 is a measurement (no queue), not a missing one.
+func queue(d time.Duration) string {
+	if d <= 0 {
+		return "0 ms"
+	}
+	return millis(d)
+}
+
+// millis is a delay in milliseconds, "-" for none.
+func millis(d time.Duration) string {
+	if d <= 0 {
+		return "-"
+	}
+	ms := float64(d) / float64(time.Millisecond)
+	if ms < 10 {
+		return fmt.Sprintf("%.1f ms", ms)
+	}
+	return fmt.Sprintf("%.0f ms", ms)
+}
+
+func percent(f float64) string {
+	if f > 0 && f < 0.001 {
+		return "<0.1 %"
+	}
+	return fmt.Sprintf("%.1f %%", f*100)
+}
+
+func plural(n float64, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%.0f %ss", n, word)
+}

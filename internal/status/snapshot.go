@@ -1,0 +1,234 @@
+// Package status reads a running daemon's state from its Prometheus endpoint and
+// prints it for people (`aggd status`): each peer's links with their health, the
+// estimates the scheduler works with, and, from two readings, how the traffic is split
+// across them right now.
+//
+// The metrics are the only interface: the daemon exports every estimate and state
+// there anyway (docs/architecture.md §8), so a second endpoint would be a second
+// truth to keep in step.
+package status
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Link is one link of one peer, as its metrics show it.
+type Link struct {
+	Name        string
+	Up, Suspect bool
+	RTT         time.Duration // smoothed, from probes
+	QueueDelay  time.Duration // one-way delay above the link's floor
+	Loss        float64       // recent loss ratio, as the peer reports it
+	Capacity    float64       // bit/s, estimated (0: not measured yet)
+	Delivery    float64       // bit/s, measured delivery rate
+	SchedRate   float64       // bit/s the scheduler assumes
+	TxBytes     float64       // cumulative, outer headers included
+	RxBytes     float64
+	Lost        float64 // data packets lost on the link, cumulative
+}
+
+// State names the link's health for people: up, suspect or down (a link that is not
+// in the schedule: down, or still probing after start).
+func (l *Link) State() string {
+	switch {
+	case l.Suspect:
+		return "suspect"
+	case l.Up:
+		return "up"
+	}
+	return "down"
+}
+
+// Peer is one tunnel peer (the headend, on a CPE; a CPE, on a headend) with its links.
+type Peer struct {
+	Name  string
+	Links []*Link // by name
+
+	ReorderHeld        float64 // packets that waited for an earlier one
+	ReorderHoldSeconds float64 // their total wait
+	ReorderLost        float64 // sequence numbers given up
+}
+
+// Snapshot is one reading of a daemon's metrics.
+type Snapshot struct {
+	At       time.Time
+	Version  string
+	Sessions float64
+	Fallback bool // a CPE routes new LAN connections directly (the headend is silent)
+	// FastTx and FastRx are the data packets the kernel fast path handled itself, and
+	// SlowTx and SlowRx those it handed to the daemon (both 0 without the fast path).
+	FastTx, SlowTx, FastRx, SlowRx float64
+	Peers                          []*Peer // by name
+}
+
+// Peer returns the named peer, or nil.
+func (s *Snapshot) Peer(name string) *Peer {
+	for _, p := range s.Peers {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Link returns the named link of the peer, or nil.
+func (p *Peer) Link(name string) *Link {
+	for _, l := range p.Links {
+		if l.Name == name {
+			return l
+		}
+	}
+	return nil
+}
+
+// Fetch reads the metrics at url (http://host:port/metrics) into a Snapshot.
+func Fetch(ctx context.Context, client *http.Client, url string) (*Snapshot, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %s", url, resp.Status)
+	}
+	return Parse(resp.Body, time.Now())
+}
+
+// Parse reads the Prometheus text format. It fails if the text is not aggd's metrics
+// (no aggd_build_info): a status made of another program's metrics would be empty and
+// look like a daemon without links.
+func Parse(r io.Reader, at time.Time) (*Snapshot, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("not the Prometheus text format: %w", err)
+	}
+	build, ok := families["aggd_build_info"]
+	if !ok || len(build.GetMetric()) == 0 {
+		return nil, fmt.Errorf("these are not aggd's metrics (no aggd_build_info)")
+	}
+	s := &Snapshot{At: at, Version: label(build.GetMetric()[0], "version")}
+	s.Sessions = single(families["aggd_sessions"])
+	s.Fallback = single(families["aggd_fallback_direct"]) == 1
+	for _, m := range families["aggd_fastpath_packets_total"].GetMetric() {
+		v := value(m)
+		fast := label(m, "verdict") == "fast"
+		switch label(m, "direction") {
+		case "tx":
+			s.FastTx, s.SlowTx = addTo(fast, v, s.FastTx, s.SlowTx)
+		case "rx":
+			if label(m, "verdict") != "drop_old" {
+				s.FastRx, s.SlowRx = addTo(fast, v, s.FastRx, s.SlowRx)
+			}
+		}
+	}
+
+	peers := make(map[string]*Peer)
+	peer := func(name string) *Peer {
+		if p := peers[name]; p != nil {
+			return p
+		}
+		p := &Peer{Name: name}
+		peers[name] = p
+		return p
+	}
+	links := make(map[[2]string]*Link)
+	for name, set := range linkSetters {
+		for _, m := range families[name].GetMetric() {
+			p, ln := label(m, "peer"), label(m, "link")
+			key := [2]string{p, ln}
+			l := links[key]
+			if l == nil {
+				l = &Link{Name: ln}
+				links[key] = l
+				pp := peer(p)
+				pp.Links = append(pp.Links, l)
+			}
+			set(l, value(m))
+		}
+	}
+	for name, set := range peerSetters {
+		for _, m := range families[name].GetMetric() {
+			set(peer(label(m, "peer")), value(m))
+		}
+	}
+	for _, p := range peers {
+		sort.Slice(p.Links, func(i, j int) bool { return p.Links[i].Name < p.Links[j].Name })
+		s.Peers = append(s.Peers, p)
+	}
+	sort.Slice(s.Peers, func(i, j int) bool { return s.Peers[i].Name < s.Peers[j].Name })
+	return s, nil
+}
+
+func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
+
+// linkSetters and peerSetters map each metric the status shows onto its field.
+var linkSetters = map[string]func(*Link, float64){
+	"aggd_link_up":                             func(l *Link, v float64) { l.Up = v == 1 },
+	"aggd_link_suspect":                        func(l *Link, v float64) { l.Suspect = v == 1 },
+	"aggd_link_rtt_seconds":                    func(l *Link, v float64) { l.RTT = seconds(v) },
+	"aggd_link_queue_delay_seconds":            func(l *Link, v float64) { l.QueueDelay = seconds(v) },
+	"aggd_link_loss_ratio":                     func(l *Link, v float64) { l.Loss = v },
+	"aggd_link_capacity_bits_per_second":       func(l *Link, v float64) { l.Capacity = v },
+	"aggd_link_delivery_rate_bits_per_second":  func(l *Link, v float64) { l.Delivery = v },
+	"aggd_link_scheduler_rate_bits_per_second": func(l *Link, v float64) { l.SchedRate = v },
+	"aggd_link_transmit_bytes_total":           func(l *Link, v float64) { l.TxBytes = v },
+	"aggd_link_receive_bytes_total":            func(l *Link, v float64) { l.RxBytes = v },
+	"aggd_link_lost_packets_total":             func(l *Link, v float64) { l.Lost = v },
+}
+
+var peerSetters = map[string]func(*Peer, float64){
+	"aggd_reorder_held_packets_total": func(p *Peer, v float64) { p.ReorderHeld = v },
+	"aggd_reorder_hold_seconds_total": func(p *Peer, v float64) { p.ReorderHoldSeconds = v },
+	"aggd_reorder_lost_packets_total": func(p *Peer, v float64) { p.ReorderLost = v },
+}
+
+func label(m *dto.Metric, name string) string {
+	for _, lp := range m.GetLabel() {
+		if lp.GetName() == name {
+			return lp.GetValue()
+		}
+	}
+	return ""
+}
+
+// value is a counter's, gauge's or untyped sample's value.
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue()
+	}
+	return 0
+}
+
+// single is the value of a family with one unlabelled sample (0 if absent).
+func single(f *dto.MetricFamily) float64 {
+	if f == nil || len(f.GetMetric()) == 0 {
+		return 0
+	}
+	return value(f.GetMetric()[0])
+}
+
+func addTo(fast bool, v, fastSum, slowSum float64) (float64, float64) {
+	if fast {
+		return fastSum + v, slowSum
+	}
+	return fastSum, slowSum + v
+}

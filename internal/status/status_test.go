@@ -1,0 +1,179 @@
+package status
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/aggd/aggd/internal/metrics"
+)
+
+// serve exposes a metric set as the daemon does, so that the test reads the names the
+// daemon really exports (a renamed metric fails here, not in front of a user).
+func serve(t *testing.T, m *metrics.Set) string {
+	srv := httptest.NewServer(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/metrics"
+}
+
+func fetch(t *testing.T, url string) *Snapshot {
+	t.Helper()
+	s, err := Fetch(context.Background(), http.DefaultClient, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// threeLinks sets up a CPE's metrics for peer hub: dsl up, cable up, lte suspect.
+func threeLinks(m *metrics.Set) {
+	m.Sessions.Set(1)
+	for _, l := range []struct {
+		name        string
+		up, suspect float64
+		rtt, queue  float64
+		capacity    float64
+	}{
+		{"dsl", 1, 0, 0.025, 0.002, 0.9e6},
+		{"cable", 1, 0, 0.012, 0, 9.5e6},
+		{"lte", 1, 1, 0.052, 0.010, 0},
+	} {
+		m.LinkUp.WithLabelValues("hub", l.name).Set(l.up)
+		m.LinkSuspect.WithLabelValues("hub", l.name).Set(l.suspect)
+		m.LinkRTT.WithLabelValues("hub", l.name).Set(l.rtt)
+		m.LinkQueueDelay.WithLabelValues("hub", l.name).Set(l.queue)
+		m.LinkCapacity.WithLabelValues("hub", l.name).Set(l.capacity)
+		m.LinkRatePrior.WithLabelValues("hub", l.name).Set(l.capacity * 0.9)
+		m.LinkLoss.WithLabelValues("hub", l.name).Set(0.003)
+	}
+	m.ReorderHeld.WithLabelValues("hub").Add(200)
+	m.ReorderHold.WithLabelValues("hub").Add(0.6)
+}
+
+func TestFetchReadsTheDaemonsMetrics(t *testing.T) {
+	m := metrics.New()
+	threeLinks(m)
+	s := fetch(t, serve(t, m))
+	if s.Sessions != 1 || s.Version == "" || s.Fallback {
+		t.Fatalf("sessions %v, version %q, fallback %v", s.Sessions, s.Version, s.Fallback)
+	}
+	hub := s.Peer("hub")
+	if hub == nil || len(hub.Links) != 3 {
+		t.Fatalf("peer hub with 3 links expected, got %+v", s.Peers)
+	}
+	for name, want := range map[string]string{"dsl": "up", "cable": "up", "lte": "suspect"} {
+		if got := hub.Link(name).State(); got != want {
+			t.Errorf("%s: state %s, want %s", name, got, want)
+		}
+	}
+	dsl := hub.Link("dsl")
+	if dsl.RTT != 25*time.Millisecond || dsl.QueueDelay != 2*time.Millisecond || dsl.Capacity != 0.9e6 || dsl.Loss != 0.003 {
+		t.Errorf("dsl read as %+v", dsl)
+	}
+	if hub.ReorderHeld != 200 || hub.ReorderHoldSeconds != 0.6 {
+		t.Errorf("reorder figures read as %+v", hub)
+	}
+}
+
+func TestRenderShowsTheSplitBetweenTwoReadings(t *testing.T) {
+	m := metrics.New()
+	threeLinks(m)
+	url := serve(t, m)
+	before := fetch(t, url)
+	// One second's traffic: cable carries three times what dsl does, lte nothing.
+	m.LinkTxBytes.WithLabelValues("hub", "dsl").Add(125_000)   // 1 Mbit/s
+	m.LinkTxBytes.WithLabelValues("hub", "cable").Add(375_000) // 3 Mbit/s
+	m.LinkRxBytes.WithLabelValues("hub", "cable").Add(12_500)  // 100 kbit/s
+	after := fetch(t, url)
+	after.At = before.At.Add(time.Second)
+
+	var out strings.Builder
+	if err := Render(&out, before, after); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{
+		"peer hub",
+		"sending", "share",
+		"1.0 Mbit/s", "25.0 %", // dsl
+		"3.0 Mbit/s", "75.0 %", // cable
+		"100 kbit/s",
+		"4.0 Mbit/s",  // all links
+		"suspect",     // lte
+		"mean 3.0 ms", // 0.6 s over 200 held packets
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestRenderOneReadingHasNoRates(t *testing.T) {
+	m := metrics.New()
+	threeLinks(m)
+	s := fetch(t, serve(t, m))
+	var out strings.Builder
+	if err := Render(&out, nil, s); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "sending") {
+		t.Errorf("a single reading cannot show rates:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "9.5 Mbit/s") || !strings.Contains(out.String(), "52 ms") {
+		t.Errorf("estimates missing:\n%s", out.String())
+	}
+}
+
+func TestRenderRestartedDaemonShowsNoRate(t *testing.T) {
+	before := &Snapshot{At: time.Unix(0, 0), Peers: []*Peer{{Name: "hub", Links: []*Link{{Name: "dsl", TxBytes: 1e6}}}}}
+	after := &Snapshot{At: time.Unix(1, 0), Peers: []*Peer{{Name: "hub", Links: []*Link{{Name: "dsl", TxBytes: 10, Up: true}}}}}
+	var out strings.Builder
+	if err := Render(&out, before, after); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "Mbit/s") || strings.Contains(out.String(), "kbit/s") {
+		t.Errorf("a counter that went back is not a rate:\n%s", out.String())
+	}
+}
+
+func TestParseFastPathAndFallback(t *testing.T) {
+	text := `# TYPE aggd_build_info gauge
+aggd_build_info{goversion="go1.26",version="v1"} 1
+# TYPE aggd_fallback_direct gauge
+aggd_fallback_direct 1
+# TYPE aggd_fastpath_packets_total counter
+aggd_fastpath_packets_total{direction="tx",verdict="fast"} 990
+aggd_fastpath_packets_total{direction="tx",verdict="gso"} 10
+aggd_fastpath_packets_total{direction="rx",verdict="fast"} 500
+aggd_fastpath_packets_total{direction="rx",verdict="gap"} 500
+aggd_fastpath_packets_total{direction="rx",verdict="drop_old"} 7
+`
+	s, err := Parse(strings.NewReader(text), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := Render(&out, nil, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"FALLBACK", "99.0 % of the data sent", "50.0 % of the data received", "no peers yet"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestParseRefusesOtherMetrics(t *testing.T) {
+	_, err := Parse(strings.NewReader("# TYPE up gauge\nup 1\n"), time.Now())
+	if err == nil || !strings.Contains(err.Error(), "not aggd's metrics") {
+		t.Fatalf("want a refusal, got %v", err)
+	}
+	if _, err := Parse(strings.NewReader("<html>"), time.Now()); err == nil {
+		t.Fatal("HTML parsed as metrics")
+	}
+}

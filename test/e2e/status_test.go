@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// `aggd status` against a running CPE during a TCP transfer: it finds the metrics
+// through the config file, shows the headend as the peer with every uplink up, and
+// from its two readings what each uplink carries now.
+func TestStatusShowsLinksAndTheirSplit(t *testing.T) {
+	n := newTopology(t)
+	b := startBond(t, n)
+	startIperfServer(t, n)
+
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.Try("lan", "iperf3", "-c", server, "-t", "6", "--connect-timeout", "3000")
+		done <- err
+	}()
+	time.Sleep(2 * time.Second)
+	out := n.Run("cpe", aggdBinary, "status", "--config", filepath.Join(b.dir, "cpe.yaml"), "--interval", "2s")
+	if err := <-done; err != nil {
+		t.Fatalf("iperf3 during the status: %v", err)
+	}
+	t.Logf("aggd status:\n%s", out)
+
+	if !strings.Contains(out, "peer headend") || !strings.Contains(out, "1 session") {
+		t.Fatalf("status does not show the session with the headend:\n%s", out)
+	}
+	var sum float64
+	for k := range uplinkRates {
+		name := "up" + strconv.Itoa(k+1)
+		row := statusRow(out, name)
+		if len(row) < 10 {
+			t.Fatalf("no full row for %s (want 10 columns with the rates):\n%s", name, out)
+		}
+		if row[1] != "up" {
+			t.Errorf("%s: state %q, want up", name, row[1])
+		}
+		// Columns: link, state, rtt, queue, loss, capacity, scheduler, sending, ...
+		v, unit, _ := strings.Cut(row[7], " ")
+		rate, err := strconv.ParseFloat(v, 64)
+		if err != nil || (unit != "Mbit/s" && unit != "kbit/s") {
+			t.Fatalf("%s: cannot read the sending rate from %q:\n%s", name, row[7], out)
+		}
+		if unit == "kbit/s" {
+			rate /= 1000
+		}
+		sum += rate
+	}
+	// The flow exceeds any one link (10/30/60 Mbit/s): the links together carry more
+	// than the sanity floor the other end-to-end tests use.
+	if sum*1e6 < goodputFloor {
+		t.Errorf("the links carry %.1f Mbit/s together by the status, want more than %.0f", sum, goodputFloor/1e6)
+	}
+}
+
+// statusRow returns the cells of the status line for link name (nil if none). The
+// table's columns are at least two spaces apart; a cell has single spaces at most.
+func statusRow(out, name string) []string {
+	for _, line := range strings.Split(out, "\n") {
+		cells := columnGap.Split(strings.TrimSpace(line), -1)
+		if len(cells) > 0 && cells[0] == name {
+			return cells
+		}
+	}
+	return nil
+}
+
+var columnGap = regexp.MustCompile(`\s{2,}`)
