@@ -31,7 +31,9 @@ func TestStatusWithoutADaemonSaysWhatToCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
+	if err := ln.Close(); err != nil { // nothing listens there now
+		t.Fatal(err)
+	}
 	var out, errOut bytes.Buffer
 	if code := run([]string{"status", "--addr", addr, "--interval", "0"}, nil, &out, &errOut); code != 1 {
 		t.Fatalf("exit %d, want 1", code)

@@ -331,6 +331,8 @@ func (s *fpSession) Idle(next uint32, empty bool) {
 	}
 }
 
+func (s *fpSession) HandbackPending() bool { return s.ho.Pending() }
+
 func (s *fpSession) Resync() (restart bool, next uint32) {
 	was := s.seen.Resyncs
 	restart, next, err := s.ho.Resync()

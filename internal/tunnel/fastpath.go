@@ -39,6 +39,11 @@ type SessionPath interface {
 	// Idle is told the resequencer's state after each change: when it is empty, the
 	// ordering can go back to the kernel, which then continues at next.
 	Idle(next uint32, empty bool)
+	// HandbackPending reports whether the daemon has offered the ordering back to the
+	// kernel and not yet learnt the outcome: the kernel may own the ordering and be
+	// delivering the very numbers a probe's watermark or a loss notice would make the
+	// resequencer resolve. Called under the session's receive lock, like OnData.
+	HandbackPending() bool
 	// Resync is called while the resequencer is empty and no DATA packet of the session
 	// has reached the daemon for fastResyncQuiet: a packet the kernel passed up but the
 	// host lost (socket buffer full) would otherwise keep the ordering in userspace for

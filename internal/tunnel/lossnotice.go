@@ -227,8 +227,12 @@ func (s *Session) ackSent(reports []wire.LinkReport) {
 // onLossNotice resolves the sequence numbers the peer says will never arrive.
 func (s *Session) onLossNotice(body wire.LossNoticeBody) {
 	s.rxMu.Lock()
-	for _, r := range body.Ranges {
-		s.reseq.Skip(r.Start, r.Count, s.deliver)
+	if s.kernelMayOwn() {
+		s.deferSkips(body.Ranges)
+	} else {
+		for _, r := range body.Ranges {
+			s.reseq.Skip(r.Start, r.Count, s.deliver)
+		}
 	}
 	s.armHoldTimer(clock.Nanos())
 	s.rxMu.Unlock()

@@ -382,12 +382,7 @@ func TestLateTwinsCountOnTheirLink(t *testing.T) {
 // after the peer's last report, in link order (across the wrap of the link numbers),
 // and a kernel log too short for the span is reported.
 func TestLossNoticeNamesTheKernelsPackets(t *testing.T) {
-	fp := &fakeFastPath{}
-	cfg := testSession()
-	cfg.FastPath = fp
-	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
-	l := s.addLink(LinkSpec{ID: 3, Name: "lte"}, func(*link, []byte) error { return nil })
-	sp := fp.session
+	s, l, sp := fastSessionWithLink()
 	// Link numbers 0xfffffffe .. 3: the kernel sent 0xfffffffe, 0xffffffff, 1 and 3;
 	// the daemon 0 and 2. The peer has reported up to 0xfffffffe.
 	sp.kernel = []SentEntry{{0xfffffffe, 40}, {0xffffffff, 41}, {1, 43}, {3, 45}}
@@ -410,6 +405,16 @@ func TestLossNoticeNamesTheKernelsPackets(t *testing.T) {
 	}
 }
 
+// fastSessionWithLink is a session on a fake fast path with one link, id 3.
+func fastSessionWithLink() (*Session, *link, *fakeSessionPath) {
+	fp := &fakeFastPath{}
+	cfg := testSession()
+	cfg.FastPath = fp
+	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	l := s.addLink(LinkSpec{ID: 3, Name: "lte"}, func(*link, []byte) error { return nil })
+	return s, l, fp.session
+}
+
 // fakeFastPath stands in for the kernel's share of a session where a test needs only
 // its numbers and its sent log.
 type fakeFastPath struct{ session *fakeSessionPath }
@@ -423,19 +428,29 @@ type fakeSessionPath struct {
 	next, linkNext uint32
 	kernel         []SentEntry
 	asked          [2]uint32
+	// pending: a handback is posted; handover: what the next OnData reports (the
+	// kernel handed the ordering over at handoverAt), after which nothing is pending.
+	pending    bool
+	handover   bool
+	handoverAt uint32
 }
 
-func (f *fakeSessionPath) TakeSeq() uint32              { f.next++; return f.next - 1 }
-func (f *fakeSessionPath) TakeLinkSeq(uint8) uint32     { f.linkNext++; return f.linkNext - 1 }
-func (f *fakeSessionPath) PeekSeq() uint32              { return f.next }
-func (f *fakeSessionPath) PeekLinkSeq(uint8) uint32     { return f.linkNext }
-func (f *fakeSessionPath) Program(TxState)              {}
-func (f *fakeSessionPath) OnData() (bool, uint32, bool) { return false, 0, false }
-func (f *fakeSessionPath) Idle(uint32, bool)            {}
-func (f *fakeSessionPath) Resync() (bool, uint32)       { return false, 0 }
-func (f *fakeSessionPath) RxDelta() map[uint8]RxDelta   { return nil }
-func (f *fakeSessionPath) TxDelta() map[uint8]TxDelta   { return nil }
-func (f *fakeSessionPath) Close()                       {}
+func (f *fakeSessionPath) TakeSeq() uint32          { f.next++; return f.next - 1 }
+func (f *fakeSessionPath) TakeLinkSeq(uint8) uint32 { f.linkNext++; return f.linkNext - 1 }
+func (f *fakeSessionPath) PeekSeq() uint32          { return f.next }
+func (f *fakeSessionPath) PeekLinkSeq(uint8) uint32 { return f.linkNext }
+func (f *fakeSessionPath) Program(TxState)          {}
+func (f *fakeSessionPath) OnData() (bool, uint32, bool) {
+	restart := f.handover
+	f.pending, f.handover = false, false
+	return restart, f.handoverAt, false
+}
+func (f *fakeSessionPath) HandbackPending() bool      { return f.pending }
+func (f *fakeSessionPath) Idle(uint32, bool)          {}
+func (f *fakeSessionPath) Resync() (bool, uint32)     { return false, 0 }
+func (f *fakeSessionPath) RxDelta() map[uint8]RxDelta { return nil }
+func (f *fakeSessionPath) TxDelta() map[uint8]TxDelta { return nil }
+func (f *fakeSessionPath) Close()                     {}
 func (f *fakeSessionPath) SentOn(_ uint8, after, through uint32) ([]SentEntry, bool) {
 	f.asked = [2]uint32{after, through}
 	var out []SentEntry

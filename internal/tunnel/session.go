@@ -103,9 +103,12 @@ type Session struct {
 	rxInFlight int
 	// lastFastData is when the last DATA packet reached the daemon (fast path; Resync).
 	lastFastData time.Time
-	holdTimer    *time.Timer
-	armedAt      int64
-	lastStats    reseq.Stats
+	// deferredSkips are loss notices that arrived while the kernel may have owned the
+	// ordering (handback.go).
+	deferredSkips []wire.SeqRange
+	holdTimer     *time.Timer
+	armedAt       int64
+	lastStats     reseq.Stats
 
 	notices lossNotices // loss notices to repeat (lossnotice.go)
 
@@ -419,9 +422,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 		// takes the ordering back only when the daemon has seen all it passed up.
 		s.rxMu.Lock()
 		restart, next, drop := s.fp.OnData()
-		if restart {
-			s.reseq.Restart(next)
-		}
+		s.afterHandover(restart, next)
 		s.rxInFlight++
 		s.lastFastData = now
 		counted = true
@@ -528,7 +529,9 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 		s.sendControl(l, wire.TypeProbeReply, 0, 0, reply.Append(nil))
 		nanos := clock.Nanos()
 		s.rxMu.Lock()
-		s.reseq.Watermark(nanos, h.LinkID, h.Seq, s.deliver)
+		if !s.kernelMayOwn() {
+			s.reseq.Watermark(nanos, h.LinkID, h.Seq, s.deliver)
+		}
 		s.armHoldTimer(nanos)
 		s.rxMu.Unlock()
 	case wire.ProbeReplyBody:
@@ -677,9 +680,8 @@ func (s *Session) mergeFastRx(links []*link, now time.Time) {
 	}
 	s.rxMu.Lock()
 	if s.rxInFlight == 0 && s.reseq.Empty() && now.Sub(s.lastFastData) > fastResyncQuiet {
-		if restart, next := s.fp.Resync(); restart {
-			s.reseq.Restart(next)
-		}
+		restart, next := s.fp.Resync()
+		s.afterHandover(restart, next)
 	}
 	s.armHoldTimer(clock.Nanos())
 	s.rxMu.Unlock()
