@@ -459,7 +459,7 @@ rate_line() {
 # every second, how much each link carries, from the sender's aggd counters. Those count
 # tunnel bytes on the wire (outer headers included), so their sum is a bit above goodput.
 run_bond_flow() {
-	local direction=$1 ns peer flag=(-p 5201) log first prev cur t_prev t_now t0 pid rc goodput
+	local direction=$1 ns peer flag=(-p 5201) log first prev cur t_prev t_now t0 pid rc goodput status_shown=""
 	if [[ $direction == upstream ]]; then
 		ns=cpe peer=headend
 	else
@@ -484,6 +484,13 @@ run_bond_flow() {
 			"$(rate_line "$prev" "$cur" "$(awk -v a="$t_now" -v b="$t_prev" 'BEGIN { print a - b }')")"
 		printf '\n'
 		prev=$cur t_prev=$t_now
+		# Halfway through the upstream flow, what the CPE's own status command shows.
+		if [[ $direction == upstream && -z $status_shown ]] &&
+			awk -v a="$t_now" -v b="$t0" -v h="$DEMO_BOND_SECS" 'BEGIN { exit !(a - b >= h / 2) }'; then
+			status_shown=1
+			info "what \`aggd status\` shows on the CPE now:"
+			in_ns cpe "$AGGD" status --interval 1s 2>&1 | sed 's/^/    /' || warn "aggd status failed"
+		fi
 	done
 	rc=0
 	wait "$pid" || rc=$?

@@ -938,9 +938,11 @@ def beside_vpn_rtt(bond_rtt, base):
 
 
 class Run:
-    def __init__(self, sc, live=True, outdir=None):
+    def __init__(self, sc, live=True, outdir=None, demo=False):
         self.sc = sc
         self.live = live
+        # The demo also shows `aggd status` once, halfway through the first transfer.
+        self.status_due = demo
         self.outdir = outdir or os.path.join(RESULTS, sc["name"] + outdir_suffix(sc))
         self.topo = Topology(sc)
         self.procs = Procs()
@@ -965,6 +967,18 @@ class Run:
                 "in_vm": os.environ.get("AGGD_IN_VM", "?") == "1", "kernel": os.uname().release,
                 "vcpus": os.cpu_count(), "accel_note": "qemu TCG software emulation" if os.environ.get(
                     "AGGD_IN_VM") == "1" else "host kernel"}
+
+    def show_status(self, after_s):
+        """Prints what `aggd status` shows on the CPE after after_s seconds (the demo)."""
+        time.sleep(after_s)
+        try:
+            r = subprocess.run(["ip", "netns", "exec", ns("cpe"), AGGD, "status", "--addr", METRICS.split("/")[2],
+                                "--interval", "1s"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as e:
+            log(f"warning: aggd status: {e}")
+            return
+        text = (r.stdout if r.returncode == 0 else r.stderr).rstrip()
+        info("what `aggd status` shows on the CPE now:\n" + "\n".join("    " + l for l in text.splitlines()))
 
     def next_port(self):
         self.port += 1
@@ -1339,6 +1353,9 @@ log:
                 log(f"error: schedule: {e}")
         sched = threading.Thread(target=sched_body, daemon=True)
         sched.start()
+        if self.status_due:
+            self.status_due = False
+            threading.Thread(target=self.show_status, args=(secs / 2,), daemon=True).start()
         j = run_iperf(self.procs, self.work, client_ns, server_ns, target, self.next_port(), secs,
                       reverse=(d == "down"), streams=tr["streams"], interval=0.2, congestion=cc)
         stop.set()
@@ -2124,7 +2141,7 @@ def print_summary(r):
 
 def run_scenario(arg, live=True, demo=False):
     sc = load_scenario(arg)
-    run = Run(sc, live=live)
+    run = Run(sc, live=live, demo=demo)
     outdir = run.outdir
     os.makedirs(outdir, exist_ok=True)
     r = None
