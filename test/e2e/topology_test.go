@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -191,6 +192,7 @@ bpf:
 		if t.Failed() {
 			for _, f := range []string{"cpe.log", "hub.log"} {
 				data, _ := os.ReadFile(filepath.Join(dir, f))
+				t.Logf("---- %s: what it logged above debug (last 8 KiB of that) ----\n%s", f, tail(aboveDebug(data), 8192))
 				t.Logf("---- %s (last 4 KiB) ----\n%s", f, tail(data, 4096))
 			}
 		}
@@ -323,6 +325,18 @@ func writeFile(t testing.TB, dir, name, content string) {
 	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// aboveDebug keeps a daemon log's lines above debug level: state changes with their
+// causes, which the debug lines' volume pushes out of a plain tail.
+func aboveDebug(log []byte) []byte {
+	var out []byte
+	for _, line := range bytes.SplitAfter(log, []byte("\n")) {
+		if !bytes.Contains(line, []byte("level=DEBUG")) {
+			out = append(out, line...)
+		}
+	}
+	return out
 }
 
 func tail(b []byte, n int) string {
