@@ -41,6 +41,7 @@ type Set struct {
 	Handshakes     *prometheus.CounterVec
 	ReorderHeld    *prometheus.CounterVec
 	ReorderHold    *prometheus.CounterVec
+	ReorderHoldNow *prometheus.GaugeVec
 	ReorderLost    *prometheus.CounterVec
 	Duplicates     *prometheus.CounterVec
 	LatePackets    *prometheus.CounterVec
@@ -92,6 +93,7 @@ func New() *Set {
 			"socket's receive buffer was full (SO_RXQ_OVFL): aggd could not keep up.", []string{"socket"}),
 		TunnelTxPacket: counterVec("tunnel_transmit_packets_total", "Inner packets taken from the tunnel interface, by outcome.", []string{"outcome"}),
 		ReorderHold:    counterVec("reorder_hold_seconds_total", "Total time held packets waited in the resequencer (divide by reorder_held_packets_total for the mean).", []string{"peer"}),
+		ReorderHoldNow: gaugeVec("reorder_hold_time_seconds", "The resequencer's hold time now: how long packets wait for a missing earlier one before the gap is given up (from the links' delay spread and jitter).", []string{"peer"}),
 	}
 	s.LossNoticeSent = counterVec("loss_notice_sent_sequences_total", "Sequence numbers named in loss notices sent to the peer because a link went down with them in flight (each notice is sent twice; both count).", []string{"peer"})
 	s.LossNoticeReceived = counterVec("loss_notice_received_sequences_total", "Sequence numbers named in loss notices received from the peer (repeats included).", []string{"peer"})
@@ -110,7 +112,7 @@ func New() *Set {
 		s.LinkTxBytes, s.LinkTxPackets, s.LinkRxBytes, s.LinkRxPackets, s.LinkLost,
 		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkDuplicate,
 		s.LinkCapacity, s.LinkQueueDelay,
-		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderLost,
+		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderSkips, s.AQMDrops, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
 		s.LossNoticeSent, s.LossNoticeReceived, s.UplinkEvents, s.FallbackDirect, s.FallbackTransitions,
 		collectors.NewGoCollector(),

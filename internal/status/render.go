@@ -72,9 +72,9 @@ func renderPeer(b *strings.Builder, p, prev *Peer, dt float64) {
 		fmt.Fprintln(tw, strings.Join([]string{"  all links", "", "", "", "", "", "", mbit(total), "", mbit(totalRx)}, "\t"))
 	}
 	_ = tw.Flush()
-	if p.ReorderHeld > 0 || p.ReorderLost > 0 {
-		fmt.Fprintf(b, "  reordering: %.0f packets waited for an earlier one (mean %s), %.0f given up as lost\n",
-			p.ReorderHeld, millis(seconds(p.ReorderHoldSeconds/max(p.ReorderHeld, 1))), p.ReorderLost)
+	if p.HoldTime > 0 || p.ReorderHeld > 0 || p.ReorderLost > 0 {
+		fmt.Fprintf(b, "  reordering: a gap is waited for up to %s; %.0f packets waited for an earlier one (mean %s), %.0f given up as lost\n",
+			millis(p.HoldTime), p.ReorderHeld, millis(seconds(p.ReorderHoldSeconds/max(p.ReorderHeld, 1))), p.ReorderLost)
 	}
 }
 

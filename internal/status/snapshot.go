@@ -53,9 +53,10 @@ type Peer struct {
 	Name  string
 	Links []*Link // by name
 
-	ReorderHeld        float64 // packets that waited for an earlier one
-	ReorderHoldSeconds float64 // their total wait
-	ReorderLost        float64 // sequence numbers given up
+	HoldTime           time.Duration // how long a gap is waited for now
+	ReorderHeld        float64       // packets that waited for an earlier one
+	ReorderHoldSeconds float64       // their total wait
+	ReorderLost        float64       // sequence numbers given up
 }
 
 // Snapshot is one reading of a daemon's metrics.
@@ -194,6 +195,7 @@ var peerSetters = map[string]func(*Peer, float64){
 	"aggd_reorder_held_packets_total": func(p *Peer, v float64) { p.ReorderHeld = v },
 	"aggd_reorder_hold_seconds_total": func(p *Peer, v float64) { p.ReorderHoldSeconds = v },
 	"aggd_reorder_lost_packets_total": func(p *Peer, v float64) { p.ReorderLost = v },
+	"aggd_reorder_hold_time_seconds":  func(p *Peer, v float64) { p.HoldTime = seconds(v) },
 }
 
 func label(m *dto.Metric, name string) string {

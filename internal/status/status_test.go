@@ -52,6 +52,7 @@ func threeLinks(m *metrics.Set) {
 		m.LinkLoss.WithLabelValues("hub", l.name).Set(0.003)
 	}
 	m.ReorderHeld.WithLabelValues("hub").Add(200)
+	m.ReorderHoldNow.WithLabelValues("hub").Set(0.042)
 	m.ReorderHold.WithLabelValues("hub").Add(0.6)
 }
 
@@ -75,7 +76,7 @@ func TestFetchReadsTheDaemonsMetrics(t *testing.T) {
 	if dsl.RTT != 25*time.Millisecond || dsl.QueueDelay != 2*time.Millisecond || dsl.Capacity != 0.9e6 || dsl.Loss != 0.003 {
 		t.Errorf("dsl read as %+v", dsl)
 	}
-	if hub.ReorderHeld != 200 || hub.ReorderHoldSeconds != 0.6 {
+	if hub.ReorderHeld != 200 || hub.ReorderHoldSeconds != 0.6 || hub.HoldTime != 42*time.Millisecond {
 		t.Errorf("reorder figures read as %+v", hub)
 	}
 }

@@ -740,6 +740,7 @@ func (s *Session) adaptHold(now time.Time, links []*link) {
 	s.rxMu.Lock()
 	s.reseq.SetHold(int64(hold))
 	s.rxMu.Unlock()
+	s.m.ReorderHoldNow.WithLabelValues(s.cfg.Peer).Set(hold.Seconds())
 }
 
 // publishReseqStats adds what the resequencer counted since the last tick to the metrics.
