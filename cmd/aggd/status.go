@@ -17,16 +17,13 @@ import (
 	"github.com/aggd/aggd/internal/status"
 )
 
-// defaultMetricsAddr is where a daemon with the default config serves its metrics.
-const defaultMetricsAddr = "127.0.0.1:9469"
-
 // showStatus prints a running daemon's links from its metrics endpoint: once, or
 // every interval with --watch until interrupted.
 func showStatus(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "the daemon's config file: its metrics.listen is the address to read")
-	addr := fs.String("addr", "", "the daemon's metrics address, HOST:PORT (default "+defaultMetricsAddr+")")
+	addr := fs.String("addr", "", "the daemon's metrics address, HOST:PORT (default "+config.DefaultMetricsListen+")")
 	interval := fs.Duration("interval", time.Second, "time between the two readings the current rates come from (0: no rates, one reading)")
 	watch := fs.Bool("watch", false, "print again every interval until interrupted")
 	fs.Usage = func() {
@@ -109,12 +106,12 @@ func statusAddr(path, addr string, stderr io.Writer) (string, int) {
 		return "", 2
 	case addr != "":
 		if _, _, err := net.SplitHostPort(addr); err != nil {
-			fmt.Fprintf(stderr, "aggd status: --addr %q: %v (want HOST:PORT, e.g. %s)\n", addr, err, defaultMetricsAddr)
+			fmt.Fprintf(stderr, "aggd status: --addr %q: %v (want HOST:PORT, e.g. %s)\n", addr, err, config.DefaultMetricsListen)
 			return "", 2
 		}
 		return addr, 0
 	case path == "":
-		return defaultMetricsAddr, 0
+		return config.DefaultMetricsListen, 0
 	}
 	m, err := configMetrics(path)
 	if err != nil {
@@ -155,7 +152,7 @@ func statusError(url, path, addr string, err error) string {
 	if errors.As(err, &opErr) || errors.Is(err, context.DeadlineExceeded) {
 		hint := "is the daemon running (systemctl status aggd-cpe or aggd-headend)?"
 		if path == "" && addr == "" {
-			hint += " If its metrics.listen is not " + defaultMetricsAddr + ", pass --config FILE or --addr HOST:PORT."
+			hint += " If its metrics.listen is not " + config.DefaultMetricsListen + ", pass --config FILE or --addr HOST:PORT."
 		}
 		return fmt.Sprintf("aggd status: cannot read %s: %v; %s", url, err, hint)
 	}

@@ -92,6 +92,10 @@ type Probe struct {
 	DownAfter time.Duration `yaml:"down_after"`
 }
 
+// DefaultMetricsListen is where metrics are served unless metrics.listen says otherwise
+// (aggd status looks there too).
+const DefaultMetricsListen = "127.0.0.1:9469"
+
 // Metrics configures the Prometheus endpoint.
 type Metrics struct {
 	// Enabled serves metrics over HTTP.
@@ -134,9 +138,8 @@ const (
 	// check's tick; long enough that a few lost probes on a lossy LTE link do not take
 	// it out (the suspect state, at three intervals, copies its traffic meanwhile).
 	// Links whose RTT is long get more time (see tunnel's checkHealth).
-	defaultDownAfter     = 600 * time.Millisecond
-	defaultMetricsListen = "127.0.0.1:9469"
-	defaultAQMTarget     = 10 * time.Millisecond
+	defaultDownAfter = 600 * time.Millisecond
+	defaultAQMTarget = 10 * time.Millisecond
 	// defaultAQMMaxTarget: 30 ms above the slowest link is what issue #6 allows latency
 	// under load to grow by. In the lab's SOHO scenario, two runs with it met that and
 	// kept 0.89-0.94 of the links' sum, with the 0.2 Mbit/s ADSL upstream still
@@ -156,7 +159,7 @@ func defaultProbe() Probe {
 	return Probe{Interval: defaultProbeInterval, DownAfter: defaultDownAfter}
 }
 func defaultMetrics() Metrics {
-	return Metrics{Enabled: true, Listen: netip.MustParseAddrPort(defaultMetricsListen)}
+	return Metrics{Enabled: true, Listen: netip.MustParseAddrPort(DefaultMetricsListen)}
 }
 func defaultLog() Log { return Log{Level: LogInfo, Format: LogText} }
 func defaultBPF() BPF { return BPF{Enabled: true, PinDir: DefaultPinDir} }

@@ -45,8 +45,6 @@ func (s *Session) afterHandover(restart bool, next uint32) {
 	if len(s.deferredSkips) == 0 || s.kernelMayOwn() {
 		return
 	}
-	for _, r := range s.deferredSkips {
-		s.reseq.Skip(r.Start, r.Count, s.deliver)
-	}
+	s.skipRanges(s.deferredSkips)
 	s.deferredSkips = s.deferredSkips[:0]
 }

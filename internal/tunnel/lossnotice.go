@@ -230,13 +230,19 @@ func (s *Session) onLossNotice(body wire.LossNoticeBody) {
 	if s.kernelMayOwn() {
 		s.deferSkips(body.Ranges)
 	} else {
-		for _, r := range body.Ranges {
-			s.reseq.Skip(r.Start, r.Count, s.deliver)
-		}
+		s.skipRanges(body.Ranges)
 	}
 	s.armHoldTimer(clock.Nanos())
 	s.rxMu.Unlock()
 	s.m.LossNoticeReceived.WithLabelValues(s.cfg.Peer).Add(float64(rangeTotal(body.Ranges)))
+}
+
+// skipRanges hands the resequencer sequence numbers that will never arrive. Caller
+// holds rxMu.
+func (s *Session) skipRanges(ranges []wire.SeqRange) {
+	for _, r := range ranges {
+		s.reseq.Skip(r.Start, r.Count, s.deliver)
+	}
 }
 
 func rangeTotal(ranges []wire.SeqRange) int {

@@ -167,18 +167,7 @@ func TestFastPathCarriesTraffic(t *testing.T) {
 		// sequence shows a gap) or nowhere. While the kernel owned the ordering, probes'
 		// watermarks once made a CPE's resequencer count 22 146 numbers the kernel had
 		// delivered as lost, against none lost on the links.
-		var linkLost float64
-		for k, v := range m {
-			if strings.HasPrefix(k, "aggd_link_lost_packets_total{") {
-				linkLost += v
-			}
-		}
-		var reseqLost float64
-		for k, v := range m {
-			if strings.HasPrefix(k, "aggd_reorder_lost_packets_total{") {
-				reseqLost += v
-			}
-		}
+		linkLost, reseqLost := seriesSum(m, "aggd_link_lost_packets_total"), seriesSum(m, "aggd_reorder_lost_packets_total")
 		t.Logf("  %s: resequencer gave up %.0f numbers, the links lost %.0f packets", ns, reseqLost, linkLost)
 		if reseqLost > max(100, 2*linkLost) {
 			t.Errorf("%s: the resequencer gave up %.0f sequence numbers as lost, but the links lost only %.0f packets", ns, reseqLost, linkLost)

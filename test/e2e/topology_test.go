@@ -254,6 +254,17 @@ func (b *bond) metrics(ns string) (map[string]float64, error) {
 	return out, nil
 }
 
+// seriesSum adds up every labelled series of one metric in a scrape.
+func seriesSum(m map[string]float64, name string) float64 {
+	var sum float64
+	for k, v := range m {
+		if strings.HasPrefix(k, name+"{") {
+			sum += v
+		}
+	}
+	return sum
+}
+
 // metric returns one series' value from a daemon's metrics (0 when absent).
 // metricOr0 is one series' value, or 0 if the daemon does not export it.
 func (b *bond) metricOr0(ns, series string) float64 {
