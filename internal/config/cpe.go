@@ -87,8 +87,14 @@ type Uplink struct {
 	// must exist when the daemon starts.
 	Interface string `yaml:"interface"`
 	// Source is the address packets leave with; unset means the interface's first
-	// address, followed as it changes (LTE, DHCP).
+	// address, followed as it changes (LTE, DHCP): IPv4 if the interface has a global
+	// one, else IPv6 (an IPv6-only line: DS-Lite, many LTE networks).
 	Source netip.Addr `yaml:"source"`
+	// Endpoint is the headend's host:port as this uplink reaches it, when that is not
+	// headend.endpoint: typically the headend's IPv6 address for an IPv6-only uplink
+	// while headend.endpoint is its IPv4 one. Same port as headend.endpoint. Unset: the
+	// uplink uses headend.endpoint (a host name resolves to the uplink's IP version).
+	Endpoint Endpoint `yaml:"endpoint"`
 	// Gateway is the next hop on Ethernet-like links; unset means the interface's
 	// default route, and none is needed on point-to-point links (PPPoE, raw-IP WWAN).
 	Gateway netip.Addr `yaml:"gateway"`
@@ -176,7 +182,7 @@ func (c *collector) checkCPE(cfg *CPE, opts Options) {
 		c.add("headend.public_key", "missing; write the headend's public key (44 characters of base64)")
 	}
 	c.checkCPETunnel(cfg.Tunnel)
-	c.checkUplinks(cfg.Uplinks, cfg.Tunnel, opts.interfaceExists())
+	c.checkUplinks(cfg.Uplinks, cfg.Tunnel, cfg.Headend.Endpoint, opts.interfaceExists())
 	c.checkReorder(cfg.Reorder)
 	c.checkProbe(cfg.Probe)
 	c.checkAQM(cfg.AQM)
@@ -185,6 +191,46 @@ func (c *collector) checkCPE(cfg *CPE, opts Options) {
 	if cfg.RekeyInterval < minRekeyInterval || cfg.RekeyInterval > maxRekeyInterval {
 		c.add("rekey_interval", "%s is out of range %s..%s", cfg.RekeyInterval, minRekeyInterval, maxRekeyInterval)
 	}
+}
+
+// checkUplinkEndpoint checks that an uplink's way to the headend fits its addresses:
+// one tunnel port, and the IP version of any literal endpoint the same as the uplink's
+// source and gateway (a socket of one version cannot reach an address of the other).
+func (c *collector) checkUplinkEndpoint(p string, u Uplink, headend Endpoint) {
+	ep, path := headend, "headend.endpoint"
+	if !u.Endpoint.IsZero() {
+		ep, path = u.Endpoint, p+".endpoint"
+		if !headend.IsZero() && u.Endpoint.Port != headend.Port {
+			c.add(p+".endpoint", "port %d differs from headend.endpoint's %d; the headend listens on one port, write %s",
+				u.Endpoint.Port, headend.Port, Endpoint{Host: u.Endpoint.Host, Port: headend.Port})
+		}
+	}
+	a, err := netip.ParseAddr(ep.Host)
+	if err != nil {
+		return // a host name: resolved to the uplink's IP version at start
+	}
+	a = a.Unmap()
+	for _, own := range []struct {
+		key  string
+		addr netip.Addr
+	}{{"source", u.Source}, {"gateway", u.Gateway}} {
+		if own.addr.IsValid() && own.addr.Unmap().Is4() != a.Is4() {
+			hint := "set " + p + ".endpoint to the headend's address of that version"
+			if !u.Endpoint.IsZero() {
+				hint = "write the headend's address of that version"
+			}
+			c.add(p+"."+own.key, "%s is %s but %s (%s) is %s: %s", own.addr, ipVersion(own.addr), path, ep, ipVersion(a), hint)
+			return
+		}
+	}
+}
+
+// ipVersion names an address's IP version for messages.
+func ipVersion(a netip.Addr) string {
+	if a.Unmap().Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
 }
 
 // Fallback bounds: below twice the time a silent link takes to be declared down, a
@@ -218,7 +264,7 @@ func (c *collector) checkCPETunnel(t CPETunnel) {
 	c.checkRoutes("tunnel.routes", t.Routes)
 }
 
-func (c *collector) checkUplinks(ups []Uplink, t CPETunnel, exists func(string) bool) {
+func (c *collector) checkUplinks(ups []Uplink, t CPETunnel, headend Endpoint, exists func(string) bool) {
 	if len(ups) == 0 {
 		c.add("uplinks", "no uplinks; list at least one (see configs/cpe.example.yaml)")
 		return
@@ -245,6 +291,7 @@ func (c *collector) checkUplinks(ups []Uplink, t CPETunnel, exists func(string) 
 		if u.Source.IsValid() && u.Gateway.IsValid() && u.Source.Is4() != u.Gateway.Is4() {
 			c.add(p+".gateway", "%s and source %s are of different IP versions", u.Gateway, u.Source)
 		}
+		c.checkUplinkEndpoint(p, u, headend)
 		if u.Weight < 0 || u.Weight > maxWeight {
 			c.add(p+".weight", "%d is out of range 0..%d; 0 lets aggd measure the split", u.Weight, maxWeight)
 		}

@@ -6,9 +6,7 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 
@@ -17,7 +15,6 @@ import (
 	"github.com/aggd/aggd/internal/metrics"
 	"github.com/aggd/aggd/internal/nat"
 	"github.com/aggd/aggd/internal/netcfg"
-	"github.com/aggd/aggd/internal/sched"
 	"github.com/aggd/aggd/internal/tunnel"
 	"github.com/aggd/aggd/internal/wire"
 )
@@ -43,18 +40,15 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	if err != nil {
 		return err
 	}
-	endpoint, err := resolveEndpoint(ctx, cfg.Headend.Endpoint)
-	if err != nil {
-		return err
-	}
-	uplinks, minMTU, err := resolveUplinks(cfg.Uplinks)
+	uplinks, autoMTU, err := resolveUplinks(ctx, cfg.Uplinks, cfg.Headend.Endpoint)
 	if err != nil {
 		return err
 	}
 	mtu := cfg.Tunnel.MTU
 	if mtu == 0 {
-		mtu = minMTU - wire.Overhead
+		mtu = autoMTU
 	}
+	port := cfg.Headend.Endpoint.Port // every uplink's endpoint has it (config check)
 	if !cfg.BPF.Enabled || opts.NoBPF {
 		log.Info("BPF disabled (--no-bpf or bpf.enabled: false): forwarding in userspace, no XDP shield")
 	}
@@ -67,7 +61,7 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 		if u.Gateway.IsValid() {
 			// A route to the headend through this uplink's gateway, so the uplink's
 			// socket finds its way even when the uplink has no default route.
-			if err := netcfg.AddGatewayRoute(endpoint.Addr(), u.Gateway, u.Interface, 50+i); err != nil {
+			if err := netcfg.AddGatewayRoute(uplinks[i].Endpoint.Addr(), u.Gateway, u.Interface, 50+i); err != nil {
 				return err
 			}
 		}
@@ -98,11 +92,11 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 		}
 		// The shield spots tunnel packets by destination port: the uplink sockets bind
 		// the headend's port so that replies to them carry it.
-		if sh := startShield(log, endpoint.Port(), ifaces, m.Registry, host.keep.dir); sh != nil {
+		if sh := startShield(log, port, ifaces, m.Registry, host.keep.dir); sh != nil {
 			defer sh.close()
 			session.Keys = sh.observer()
-			localPort = endpoint.Port()
-			if fp := tryFastPath(log, fastPathOn, endpoint.Port(), dev.Name(), mtu, sh, m, host.keep); fp != nil {
+			localPort = port
+			if fp := tryFastPath(log, fastPathOn, port, dev.Name(), mtu, sh, m, host.keep); fp != nil {
 				defer fp.close()
 				session.FastPath = fp
 				session.Routes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
@@ -110,7 +104,7 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 		}
 	}
 	cpe, err := tunnel.NewCPE(tunnel.CPEConfig{
-		Local: key, HeadendKey: handshake.PublicKey(cfg.Headend.PublicKey), Endpoint: endpoint,
+		Local: key, HeadendKey: handshake.PublicKey(cfg.Headend.PublicKey),
 		Uplinks: uplinks, Session: session, Rekey: cfg.RekeyInterval, LocalPort: localPort,
 	}, dev, m, log)
 	if err != nil {
@@ -122,7 +116,7 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	if cfg.Fallback.Enabled {
 		defer watchHeadend(ctx, log, m, cfg, dev.Name(), cpe)()
 	}
-	log.Info("cpe running", "tunnel", dev.Name(), "mtu", mtu, "headend", endpoint, "uplinks", len(uplinks))
+	log.Info("cpe running", "tunnel", dev.Name(), "mtu", mtu, "headend", cfg.Headend.Endpoint.String(), "uplinks", len(uplinks))
 	return cpe.Run(ctx)
 }
 
@@ -134,7 +128,10 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	}
 	mtu := cfg.Tunnel.MTU
 	if mtu == 0 {
-		mtu = 1500 - wire.Overhead
+		// Sized for Ethernet uplinks, and for IPv6 outer headers when the headend
+		// listens on IPv6 (or both): a CPE's IPv6-only uplink then carries a full
+		// packet unfragmented.
+		mtu = 1500 - wire.OverheadFor(cfg.Listen.Addr())
 	}
 	if !cfg.BPF.Enabled || opts.NoBPF {
 		log.Info("BPF disabled (--no-bpf or bpf.enabled: false): forwarding in userspace, no XDP shield")
@@ -226,56 +223,4 @@ func startMetrics(ctx context.Context, c config.Metrics, log *slog.Logger) (*met
 	}
 	log.Info("metrics", "url", "http://"+c.Listen.String()+"/metrics")
 	return m, nil
-}
-
-// resolveEndpoint turns the configured headend host:port into an address.
-func resolveEndpoint(ctx context.Context, e config.Endpoint) (netip.AddrPort, error) {
-	if a, err := netip.ParseAddr(e.Host); err == nil {
-		return netip.AddrPortFrom(a.Unmap(), e.Port), nil
-	}
-	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip4", e.Host)
-	if err != nil || len(addrs) == 0 {
-		return netip.AddrPort{}, fmt.Errorf("headend.endpoint: cannot resolve %q: %v (use an IPv4 address, or fix DNS)", e.Host, err)
-	}
-	return netip.AddrPortFrom(addrs[0].Unmap(), e.Port), nil
-}
-
-// resolveUplinks fills in each uplink's source address and MTU from the interface
-// when the config leaves them out, and returns the smallest MTU.
-func resolveUplinks(ups []config.Uplink) ([]tunnel.Uplink, int, error) {
-	out := make([]tunnel.Uplink, 0, len(ups))
-	minMTU := 0
-	for i, u := range ups {
-		src := u.Source
-		if !src.IsValid() {
-			a, err := netcfg.FirstAddress(u.Interface, false)
-			if err != nil {
-				return nil, 0, fmt.Errorf("uplinks[%d] (%s): %w", i, u.Name, err)
-			}
-			src = a
-		}
-		mtu := u.MTU
-		if mtu == 0 {
-			m, err := netcfg.InterfaceMTU(u.Interface)
-			if err != nil {
-				return nil, 0, fmt.Errorf("uplinks[%d] (%s): %w", i, u.Name, err)
-			}
-			mtu = m
-		}
-		if minMTU == 0 || mtu < minMTU {
-			minMTU = mtu
-		}
-		class, err := sched.ParseClass(string(u.Class))
-		if err != nil {
-			return nil, 0, fmt.Errorf("uplinks[%d].class: %w", i, err)
-		}
-		out = append(out, tunnel.Uplink{
-			Interface: u.Interface, Source: src,
-			Spec: tunnel.LinkSpec{
-				ID: uint8(i), Name: u.Name, Class: class,
-				TxRate: float64(u.RateUp), RxRate: float64(u.RateDown), Weight: float64(u.Weight),
-			},
-		})
-	}
-	return out, minMTU, nil
 }

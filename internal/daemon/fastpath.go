@@ -252,6 +252,10 @@ func (s *fpSession) slotOf(id uint8) int {
 // hop and writes the session's transmit entry; the first complete one also routes the
 // session's inner prefixes into the fast path.
 func (s *fpSession) Program(st tunnel.TxState) {
+	if st.Userspace != "" {
+		s.stopTx()
+		return
+	}
 	ts := bpf.TxSession{Enabled: true, PeerIndex: st.PeerIndex, KeyID: st.KeyID, Key: st.Key, MTU: s.f.mtu, AQMGap: st.AQMGap}
 	for _, l := range st.Links {
 		i := s.slotOf(l.ID)
@@ -287,6 +291,22 @@ func (s *fpSession) Program(st tunnel.TxState) {
 	}
 	s.mu.Unlock()
 	s.f.retireAdopted()
+}
+
+// stopTx switches the kernel's transmit side of the session off if it was on: its
+// routes stay, and the program hands the session's packets to the daemon (verdict
+// disabled). The session's tunnel.Session has logged why.
+func (s *fpSession) stopTx() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.txOn {
+		return
+	}
+	if err := s.f.tx.SetSession(s.slot, bpf.TxSession{}); err != nil {
+		s.f.log.Warn("fast path: cannot switch the session's transmit side off; the kernel may still send on its IPv4 links", "session", s.index, "err", err)
+		return
+	}
+	s.txOn = false
 }
 
 // warn logs at most once per 10 s per session: Program runs every probe interval.

@@ -9,7 +9,9 @@ import (
 )
 
 // GlobalAddresses returns an interface's global-scope IPv4 addresses (IPv6 when v6 is
-// true), in the kernel's order: the first is what FirstAddress returns.
+// true) that a socket can send from, in the kernel's order: the first is what
+// FirstAddress returns. An IPv6 address still in duplicate address detection, failed
+// it, or deprecated (its preferred lifetime over) is left out.
 func GlobalAddresses(name string, v6 bool) ([]netip.Addr, error) {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
@@ -25,7 +27,7 @@ func GlobalAddresses(name string, v6 bool) ([]netip.Addr, error) {
 	}
 	var out []netip.Addr
 	for _, a := range addrs {
-		if a.Scope != unix.RT_SCOPE_UNIVERSE {
+		if a.Scope != unix.RT_SCOPE_UNIVERSE || a.Flags&(unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED|unix.IFA_F_DEPRECATED) != 0 {
 			continue
 		}
 		if ip, ok := netip.AddrFromSlice(a.IP); ok {

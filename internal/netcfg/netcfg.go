@@ -131,26 +131,18 @@ func InterfaceMTU(name string) (int, error) {
 // FirstAddress returns the first global-scope IPv4 address of an interface (or IPv6 when
 // v6 is true).
 func FirstAddress(name string, v6 bool) (netip.Addr, error) {
-	l, err := netlink.LinkByName(name)
+	addrs, err := GlobalAddresses(name, v6)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("netcfg: find %s: %w", name, err)
+		return netip.Addr{}, err
 	}
-	fam := netlink.FAMILY_V4
-	if v6 {
-		fam = netlink.FAMILY_V6
-	}
-	addrs, err := netlink.AddrList(l, fam)
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("netcfg: addresses of %s: %w", name, err)
-	}
-	for _, a := range addrs {
-		if a.Scope == unix.RT_SCOPE_UNIVERSE {
-			if ip, ok := netip.AddrFromSlice(a.IP); ok {
-				return ip.Unmap(), nil
-			}
+	if len(addrs) == 0 {
+		version := "IPv4"
+		if v6 {
+			version = "IPv6"
 		}
+		return netip.Addr{}, fmt.Errorf("netcfg: %s has no global %s address yet; set uplinks[].source or wait for DHCP", name, version)
 	}
-	return netip.Addr{}, fmt.Errorf("netcfg: %s has no global address yet; set uplinks[].source or wait for DHCP", name)
+	return addrs[0], nil
 }
 
 // EnableForwarding turns on IPv4 and IPv6 forwarding, which a router needs.

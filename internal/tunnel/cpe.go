@@ -23,13 +23,15 @@ type Uplink struct {
 	Spec      LinkSpec
 	Interface string
 	Source    netip.Addr
+	// Endpoint is the headend's address and port as this uplink reaches it, of the
+	// same IP version as Source.
+	Endpoint netip.AddrPort
 }
 
 // CPEConfig is the CPE role's runtime configuration, already validated and resolved.
 type CPEConfig struct {
 	Local      handshake.PrivateKey
 	HeadendKey handshake.PublicKey
-	Endpoint   netip.AddrPort
 	Uplinks    []Uplink
 	Session    SessionConfig
 	Rekey      time.Duration
@@ -182,7 +184,7 @@ func (c *CPE) maybeHandshake(now time.Time) {
 		h.Put(pkt)
 		copy(pkt[wire.HeaderLen:], body)
 		auth.Seal(c.macH, pkt)
-		if _, err := conn.WriteToUDPAddrPort(pkt, c.cfg.Endpoint); err != nil {
+		if _, err := conn.WriteToUDPAddrPort(pkt, c.cfg.Uplinks[i].Endpoint); err != nil {
 			c.log.Debug("handshake init not sent", "link", c.cfg.Uplinks[i].Spec.Name, "err", err)
 		}
 	}
@@ -276,9 +278,10 @@ func (c *CPE) onResponse(h *wire.Header, pkt []byte) {
 func (c *CPE) newSession(peerIndex uint32) *Session {
 	s := newSession(c.cfg.Session, c.m, c.log, c.localIndex, c.deliver)
 	s.peerIndex.Store(peerIndex)
+	ids := make([]uint8, 0, len(c.cfg.Uplinks))
 	for i, u := range c.cfg.Uplinks {
 		conn := c.conns[i]
-		ep := c.cfg.Endpoint
+		ep := u.Endpoint
 		spec := u.Spec
 		spec.Local, spec.Interface = localAddrPort(conn.get()), u.Interface
 		l := s.addLink(spec, func(_ *link, b []byte) error {
@@ -289,7 +292,9 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 		if offline, cause := conn.offline(); offline {
 			s.setLinkOffline(spec.ID, true, cause)
 		}
+		ids = append(ids, spec.ID)
 	}
+	s.setLinkIDs(ids)
 	return s
 }
 

@@ -574,14 +574,15 @@ type cpeNode struct {
 func (b *bed) startCPE(p testPeer, n int, rekey time.Duration) *cpeNode {
 	b.t.Helper()
 	cfg := CPEConfig{
-		Local: p.key, HeadendKey: b.key.Public(), Endpoint: b.relay.addr(),
+		Local: p.key, HeadendKey: b.key.Public(),
 		Session: testSession(), Rekey: rekey,
 	}
 	cfg.Session.Peer = "headend"
 	for i := range n {
 		cfg.Uplinks = append(cfg.Uplinks, Uplink{
-			Spec:   LinkSpec{ID: uint8(i), Name: fmt.Sprintf("up%d", i), TxRate: linkRate, RxRate: linkRate},
-			Source: netip.MustParseAddr("127.0.0.1"),
+			Spec:     LinkSpec{ID: uint8(i), Name: fmt.Sprintf("up%d", i), TxRate: linkRate, RxRate: linkRate},
+			Source:   netip.MustParseAddr("127.0.0.1"),
+			Endpoint: b.relay.addr(),
 		})
 	}
 	node := &cpeNode{t: b.t, peer: p, tun: newFakeTun(), m: metrics.New(), done: make(chan struct{})}

@@ -433,20 +433,24 @@ type fakeSessionPath struct {
 	pending    bool
 	handover   bool
 	handoverAt uint32
+	// offered: the last Idle call offered the kernel the ordering (empty true);
+	// programmed: the last Program call's state.
+	offered    bool
+	programmed *TxState
 }
 
 func (f *fakeSessionPath) TakeSeq() uint32          { f.next++; return f.next - 1 }
 func (f *fakeSessionPath) TakeLinkSeq(uint8) uint32 { f.linkNext++; return f.linkNext - 1 }
 func (f *fakeSessionPath) PeekSeq() uint32          { return f.next }
 func (f *fakeSessionPath) PeekLinkSeq(uint8) uint32 { return f.linkNext }
-func (f *fakeSessionPath) Program(TxState)          {}
+func (f *fakeSessionPath) Program(st TxState)       { f.programmed = &st }
 func (f *fakeSessionPath) OnData() (bool, uint32, bool) {
 	restart := f.handover
 	f.pending, f.handover = false, false
 	return restart, f.handoverAt, false
 }
 func (f *fakeSessionPath) HandbackPending() bool      { return f.pending }
-func (f *fakeSessionPath) Idle(uint32, bool)          {}
+func (f *fakeSessionPath) Idle(_ uint32, empty bool)  { f.offered = empty }
 func (f *fakeSessionPath) Resync() (bool, uint32)     { return false, 0 }
 func (f *fakeSessionPath) RxDelta() map[uint8]RxDelta { return nil }
 func (f *fakeSessionPath) TxDelta() map[uint8]TxDelta { return nil }

@@ -116,6 +116,11 @@ type Session struct {
 	links   map[uint8]*link
 	// onNewLink is set by the headend: it creates a link when a CPE uplink first shows up.
 	onNewLink func(id uint8) *link
+	// linkIDs lists every link the session has once that is known (the CPE knows its
+	// uplinks; the headend learns them from the CPE's LINK_PARAMS), and kernelBar says
+	// why the kernel fast path may not carry the session ("" when it may: kernel.go).
+	linkIDs   atomic.Pointer[[]uint8]
+	kernelBar atomic.Pointer[string]
 
 	closed chan struct{}
 	once   sync.Once
@@ -356,7 +361,7 @@ func (s *Session) programFastPath(links []*link, params []sched.LinkParams, aqmG
 	if k == nil {
 		return
 	}
-	st := TxState{PeerIndex: s.peerIndex.Load(), KeyID: k.id, Key: k.send, AQMGap: aqmGap}
+	st := TxState{PeerIndex: s.peerIndex.Load(), KeyID: k.id, Key: k.send, AQMGap: aqmGap, Userspace: s.kernelBarred()}
 	for i, l := range links {
 		p := params[i]
 		tl := TxLink{
@@ -509,6 +514,7 @@ func (s *Session) follow(l *link, from netip.AddrPort) {
 	if old != nil {
 		l.log.Info("peer address changed", "from", *old, "to", from)
 	}
+	s.checkKernel()
 }
 
 // learnLink is set by the role: the headend creates links as the CPE's uplinks appear.
@@ -557,11 +563,14 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 	case wire.LossNoticeBody:
 		s.onLossNotice(body)
 	case wire.LinkParamsBody:
+		ids := make([]uint8, 0, len(body.Links))
 		for _, p := range body.Links {
+			ids = append(ids, p.LinkID)
 			if pl := s.link(p.LinkID); pl != nil {
 				pl.setPeerPrior(float64(p.RateBps), sched.Class(p.Class))
 			}
 		}
+		s.setLinkIDs(ids)
 		s.schedDue.Store(true)
 	}
 }
@@ -571,7 +580,7 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 // packet the handover counted is still on its way into it. Caller holds rxMu.
 func (s *Session) armHoldTimer(now int64) {
 	if s.fp != nil && s.rxInFlight == 0 {
-		s.fp.Idle(s.reseq.Next(), s.reseq.Empty())
+		s.fp.Idle(s.reseq.Next(), s.reseq.Empty() && s.kernelMayCarry())
 	}
 	d, ok := s.reseq.NextDeadline()
 	if !ok || (s.armedAt != 0 && s.armedAt <= d) {

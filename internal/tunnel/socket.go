@@ -55,7 +55,12 @@ func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
 		return serr
 	}}
 	network := "udp4"
-	if local.Addr().Is6() && !local.Addr().Is4In6() {
+	switch a := local.Addr(); {
+	case a.Is6() && a.IsUnspecified():
+		// "[::]:port" (a headend's listen) takes both versions: IPv4 peers arrive as
+		// IPv4-mapped addresses, which readLoop unmaps.
+		network = "udp"
+	case a.Is6() && !a.Is4In6():
 		network = "udp6"
 	}
 	pc, err := lc.ListenPacket(context.Background(), network, local.String())
@@ -91,6 +96,7 @@ func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, drops pr
 			log.Warn("socket read failed", "err", err)
 			continue
 		}
+		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		stamp, total := socketControl(oob[:oobn])
 		if total != 0 && total != dropped {
 			drops.Add(float64(total - dropped)) // wraps like the kernel's counter

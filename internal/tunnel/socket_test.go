@@ -123,3 +123,53 @@ func cmsg(typ int32, data []byte) []byte {
 func unsafeBytes(ts *unix.Timespec) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(ts)), unsafe.Sizeof(*ts))
 }
+
+// A headend listening on "[::]:port" serves both IP versions on one socket: an IPv4
+// peer is seen with its plain IPv4 address (not IPv4-mapped, which would make it a
+// different peer address than the one its links announce), and a reply to that address
+// reaches it; an IPv6 peer likewise.
+func TestDualStackListen(t *testing.T) {
+	conn, err := listenUDP(netip.MustParseAddrPort("[::]:0"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := localAddrPort(conn).Port()
+	from := make(chan netip.AddrPort, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		readLoop(ctx, conn, discard, prometheus.NewCounter(prometheus.CounterOpts{Name: "drops"}),
+			func(pkt []byte, src netip.AddrPort, _ int64) {
+				from <- src
+				_, _ = conn.WriteToUDPAddrPort([]byte("reply"), src)
+			})
+	}()
+	defer func() { cancel(); conn.Close(); <-done }()
+
+	for _, local := range []string{"127.0.0.1", "::1"} {
+		peer, err := listenUDP(netip.AddrPortFrom(netip.MustParseAddr(local), 0), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer peer.Close()
+		to := netip.AddrPortFrom(netip.MustParseAddr(local), port)
+		if _, err := peer.WriteToUDPAddrPort([]byte("hello"), to); err != nil {
+			t.Fatalf("send from %s: %v", local, err)
+		}
+		select {
+		case src := <-from:
+			if src.Addr().String() != local {
+				t.Errorf("datagram from %s seen as from %s", local, src.Addr())
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("datagram from %s not received", local)
+		}
+		_ = peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 16)
+		n, _, err := peer.ReadFromUDPAddrPort(buf)
+		if err != nil || string(buf[:n]) != "reply" {
+			t.Errorf("reply to %s: %q, %v", local, buf[:n], err)
+		}
+	}
+}

@@ -36,8 +36,6 @@ const (
 	// any uplink's MTU (PPPoE: 1492).
 	trainDatagram   = 1372
 	trainMinReplies = 4
-	// outerHeaders: the outer IPv4 and UDP headers, which the link carries too.
-	outerHeaders = wire.Overhead - wire.HeaderLen
 	// trainMinSpan: a train whose arrivals spread over less than this is read too fast
 	// for the reader's timing to measure it.
 	trainMinSpan = 5 * time.Millisecond
@@ -71,6 +69,8 @@ type train struct {
 	sendDone bool          // pace is known: the train can be judged
 	done     bool          // judged
 	arrivals []uint32      // the peer's arrival times, µs on its clock
+	// outer: the outer IP and UDP headers' bytes per probe, which the link carries too.
+	outer int
 }
 
 // trainResult is what a settled train measured.
@@ -116,7 +116,7 @@ func (t *train) capacity() (bps float64, r trainResult) {
 	case time.Duration(rel[len(rel)-1]-rel[0])*time.Microsecond < trainMinSpan:
 		return 0, trainTooShort
 	}
-	return float64((trainDatagram+outerHeaders)*8) / median.Seconds(), trainMeasured
+	return float64((trainDatagram+t.outer)*8) / median.Seconds(), trainMeasured
 }
 
 // sendTrain puts a probe train of n probes on a link whose capacity is unknown (CPE:
@@ -127,7 +127,10 @@ func (s *Session) sendTrain(l *link, n int) {
 		l.mu.Unlock()
 		return
 	}
-	t := &train{probes: n, sent: time.Now()}
+	t := &train{probes: n, sent: time.Now(), outer: wire.Overhead - wire.HeaderLen}
+	if r := l.remote.Load(); r != nil {
+		t.outer = wire.OverheadFor(r.Addr()) - wire.HeaderLen
+	}
 	l.train = t
 	l.mu.Unlock()
 	pad := trainDatagram - wire.HeaderLen - wire.ProbeBodyLen

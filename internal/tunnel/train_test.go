@@ -18,21 +18,26 @@ func arrivalsEvery(first uint32, gap time.Duration, n int) []uint32 {
 }
 
 func TestTrainCapacity(t *testing.T) {
-	wire := float64((trainDatagram + outerHeaders) * 8)
+	wire := float64((trainDatagram + 28) * 8)
 	spacing := 7500 * time.Microsecond // a 1400-byte probe at 1.49 Mbit/s
 	want := wire / spacing.Seconds()
 	near := func(got float64) bool { return math.Abs(got-want) < 0.01*want }
 
-	tr := &train{pace: 20 * time.Microsecond, arrivals: arrivalsEvery(1000, spacing, shortTrain)}
+	tr := &train{outer: 28, pace: 20 * time.Microsecond, arrivals: arrivalsEvery(1000, spacing, shortTrain)}
 	if got, r := tr.capacity(); r != trainMeasured || !near(got) {
 		t.Errorf("evenly spaced: %.0f bit/s (%s), want %.0f", got, r, want)
+	}
+	// Over IPv6 each probe carries 20 more bytes of outer header at the same spacing.
+	tr = &train{outer: 48, pace: 20 * time.Microsecond, arrivals: arrivalsEvery(1000, spacing, shortTrain)}
+	if got, _ := tr.capacity(); math.Abs(got-want*(trainDatagram+48)/(trainDatagram+28)) > 1 {
+		t.Errorf("evenly spaced over IPv6: %.0f bit/s, want %.0f", got, want*(trainDatagram+48)/(trainDatagram+28))
 	}
 
 	// A token bucket's burst lets the first probes through at once; one probe stamped
 	// late. The median spacing holds.
 	burst := append([]uint32{5000}, arrivalsEvery(5000, spacing, shortTrain-1)...)
 	burst[4] += uint32(spacing / time.Microsecond / 2)
-	tr = &train{pace: 20 * time.Microsecond, arrivals: burst}
+	tr = &train{outer: 28, pace: 20 * time.Microsecond, arrivals: burst}
 	if got, r := tr.capacity(); r != trainMeasured || !near(got) {
 		t.Errorf("burst and a late read: %.0f bit/s (%s), want %.0f", got, r, want)
 	}
@@ -40,23 +45,23 @@ func TestTrainCapacity(t *testing.T) {
 	// Replies overtaking each other, and the peer's clock wrapping, change nothing.
 	wrapped := arrivalsEvery(^uint32(0)-20000, spacing, shortTrain)
 	wrapped[2], wrapped[5] = wrapped[5], wrapped[2]
-	tr = &train{pace: 20 * time.Microsecond, arrivals: wrapped}
+	tr = &train{outer: 28, pace: 20 * time.Microsecond, arrivals: wrapped}
 	if got, r := tr.capacity(); r != trainMeasured || !near(got) {
 		t.Errorf("reordered across the clock's wrap: %.0f bit/s (%s), want %.0f", got, r, want)
 	}
 
 	// Paced by us: the link was faster than our sending, so the train says nothing.
-	tr = &train{pace: 7 * time.Millisecond, arrivals: arrivalsEvery(0, spacing, shortTrain)}
+	tr = &train{outer: 28, pace: 7 * time.Millisecond, arrivals: arrivalsEvery(0, spacing, shortTrain)}
 	if got, r := tr.capacity(); r != trainPaced {
 		t.Errorf("a train as slow as our sending: %.0f bit/s (%s), want %s", got, r, trainPaced)
 	}
 	// Too few replies (an old peer answers none; a lossy link some).
-	tr = &train{pace: 20 * time.Microsecond, arrivals: arrivalsEvery(0, spacing, trainMinReplies-1)}
+	tr = &train{outer: 28, pace: 20 * time.Microsecond, arrivals: arrivalsEvery(0, spacing, trainMinReplies-1)}
 	if got, r := tr.capacity(); r != trainTooFew {
 		t.Errorf("%d replies: %.0f bit/s (%s), want %s", trainMinReplies-1, got, r, trainTooFew)
 	}
 	// All at once (a link behind a burst larger than the train): nothing.
-	tr = &train{pace: 20 * time.Microsecond, arrivals: make([]uint32, shortTrain)}
+	tr = &train{outer: 28, pace: 20 * time.Microsecond, arrivals: make([]uint32, shortTrain)}
 	if got, r := tr.capacity(); r == trainMeasured {
 		t.Errorf("simultaneous arrivals measured %.0f bit/s", got)
 	}
@@ -65,13 +70,13 @@ func TestTrainCapacity(t *testing.T) {
 	for i := range bursty {
 		bursty[i] = uint32(i/2) * 2 * uint32(spacing/time.Microsecond) // pairs read together
 	}
-	tr = &train{pace: 20 * time.Microsecond, arrivals: bursty}
+	tr = &train{outer: 28, pace: 20 * time.Microsecond, arrivals: bursty}
 	if got, r := tr.capacity(); r != trainIrregular {
 		t.Errorf("probes read in pairs: %.0f bit/s (%s), want %s", got, r, trainIrregular)
 	}
 	// Over too fast for the reader's timing (8 probes at 60 Mbit/s: 1.3 ms): nothing,
 	// and a long train is due.
-	tr = &train{probes: shortTrain, pace: 20 * time.Microsecond, arrivals: arrivalsEvery(0, 187*time.Microsecond, shortTrain)}
+	tr = &train{outer: 28, probes: shortTrain, pace: 20 * time.Microsecond, arrivals: arrivalsEvery(0, 187*time.Microsecond, shortTrain)}
 	if got, r := tr.capacity(); r != trainTooShort {
 		t.Errorf("a 1.3-ms train: %.0f bit/s (%s), want %s", got, r, trainTooShort)
 	}
@@ -80,7 +85,7 @@ func TestTrainCapacity(t *testing.T) {
 		t.Error("a short train too fast to time asks for no long one")
 	}
 	// The long one over the same link lasts long enough.
-	tr = &train{probes: longTrain, pace: 20 * time.Microsecond, arrivals: arrivalsEvery(0, 187*time.Microsecond, longTrain)}
+	tr = &train{outer: 28, probes: longTrain, pace: 20 * time.Microsecond, arrivals: arrivalsEvery(0, 187*time.Microsecond, longTrain)}
 	if got, r := tr.capacity(); r != trainMeasured || math.Abs(got-wire/187e-6) > 0.01*wire/187e-6 {
 		t.Errorf("a %d-probe train at 60 Mbit/s: %.0f bit/s (%s)", longTrain, got, r)
 	}
@@ -90,7 +95,7 @@ func TestTrainCapacity(t *testing.T) {
 // way back) wait for our pace to be known before the train is judged.
 func TestTrainWaitsForItsPace(t *testing.T) {
 	l := &link{log: discard, est: estimate.New(estimate.Config{})}
-	l.train = &train{probes: shortTrain}
+	l.train = &train{outer: 28, probes: shortTrain}
 	for _, a := range arrivalsEvery(0, 7500*time.Microsecond, shortTrain) {
 		l.onTrainReply(a)
 	}
@@ -114,7 +119,7 @@ func TestIrregularTrainIsRetried(t *testing.T) {
 		for i := range arr {
 			arr[i] = uint32(i/2) * 15000
 		}
-		l.train = &train{probes: shortTrain, sent: sent, pace: 20 * time.Microsecond, sendDone: true, arrivals: arr}
+		l.train = &train{outer: 28, probes: shortTrain, sent: sent, pace: 20 * time.Microsecond, sendDone: true, arrivals: arr}
 		l.settleTrain()
 	}
 	for i := range maxTrainRetries {
@@ -136,7 +141,7 @@ func TestIrregularTrainIsRetried(t *testing.T) {
 
 	// Nor one paced by our own sending beyond the retries; a fresh link's is retried.
 	l = &link{log: discard, est: estimate.New(estimate.Config{})}
-	l.train = &train{probes: shortTrain, sent: sent, pace: 8 * time.Millisecond, sendDone: true, arrivals: arrivalsEvery(0, 7500*time.Microsecond, shortTrain)}
+	l.train = &train{outer: 28, probes: shortTrain, sent: sent, pace: 8 * time.Millisecond, sendDone: true, arrivals: arrivalsEvery(0, 7500*time.Microsecond, shortTrain)}
 	l.settleTrain()
 	if !l.retryTrain(sent.Add(trainRetryAfter)) {
 		t.Error("a train paced by our own sending is not sent again")
@@ -144,7 +149,7 @@ func TestIrregularTrainIsRetried(t *testing.T) {
 
 	// A measured link is not retried.
 	l = &link{log: discard, est: estimate.New(estimate.Config{})}
-	l.train = &train{probes: shortTrain, sent: sent, pace: 20 * time.Microsecond, sendDone: true, arrivals: arrivalsEvery(0, 7500*time.Microsecond, shortTrain)}
+	l.train = &train{outer: 28, probes: shortTrain, sent: sent, pace: 20 * time.Microsecond, sendDone: true, arrivals: arrivalsEvery(0, 7500*time.Microsecond, shortTrain)}
 	l.settleTrain()
 	if l.retryTrain(sent.Add(time.Minute)) {
 		t.Error("a train that measured the link is sent again")

@@ -3,19 +3,31 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 )
 
 // Sizes and defaults of the format. Overhead is what a packet grows by when it enters
-// the tunnel, so agg0's MTU is the smallest uplink MTU minus Overhead.
+// the tunnel over an IPv4 uplink, OverheadIPv6 over an IPv6 one, so agg0's MTU is the
+// smallest of the uplinks' MTUs minus their overheads.
 const (
-	Version     = 1
-	HeaderLen   = 28
-	Overhead    = 20 + 8 + HeaderLen // outer IPv4 + UDP + aggd header
-	DefaultPort = 4242
+	Version      = 1
+	HeaderLen    = 28
+	Overhead     = 20 + 8 + HeaderLen // outer IPv4 + UDP + aggd header
+	OverheadIPv6 = 40 + 8 + HeaderLen // outer IPv6 + UDP + aggd header
+	DefaultPort  = 4242
 	// MaxPacket is the largest datagram (header + body) a parser accepts; anything
 	// larger cannot have come from a UDP socket and is rejected as oversize.
 	MaxPacket = 65535
 )
+
+// OverheadFor is what a packet grows by on an uplink whose outer addresses are of
+// outer's IP version.
+func OverheadFor(outer netip.Addr) int {
+	if outer.Unmap().Is4() {
+		return Overhead
+	}
+	return OverheadIPv6
+}
 
 // Byte offsets of the header fields. The tag is computed over the bytes before
 // offTag, which is why the tag sits last.

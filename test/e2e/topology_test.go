@@ -89,6 +89,22 @@ func newTopology(t testing.TB) *testnet.Net { return buildTopology(t, "ae", true
 // buildTopology builds the topology with the given namespace prefix; shaped puts TBF at
 // uplinkRates on both ends of each uplink, else the veths run at their natural speed.
 func buildTopology(t testing.TB, prefix string, shaped bool) *testnet.Net {
+	return buildTopologyWith(t, prefix, topologyOptions{shaped: shaped})
+}
+
+// topologyOptions varies buildTopology's network.
+type topologyOptions struct {
+	shaped bool
+	// ipv6Uplink k (from 1) makes uplink k an IPv6-only line: IPv6 addresses on both
+	// ends and none of IPv4, and the headend's headendIPv6 reachable over it.
+	ipv6Uplink int
+}
+
+// headendIPv6 is the headend's IPv6 address (on its loopback) in topologies with an
+// IPv6-only uplink.
+const headendIPv6 = "2001:db8:ff::1"
+
+func buildTopologyWith(t testing.TB, prefix string, opts topologyOptions) *testnet.Net {
 	if testing.Short() {
 		t.Skip("end-to-end test; skipped with -short")
 	}
@@ -99,15 +115,25 @@ func buildTopology(t testing.TB, prefix string, shaped bool) *testnet.Net {
 	for i, rate := range uplinkRates {
 		k := i + 1
 		up, hl := fmt.Sprintf("up%d", k), fmt.Sprintf("hl%d", k)
-		n.Veth("cpe", up, fmt.Sprintf("10.98.%d.2/24", k), "hub", hl, fmt.Sprintf("10.98.%d.1/24", k))
-		if shaped {
+		if k == opts.ipv6Uplink {
+			n.Veth("cpe", up, "", "hub", hl, "")
+			n.Run("cpe", "ip", "-6", "addr", "add", fmt.Sprintf("2001:db8:98:%d::2/64", k), "dev", up, "nodad")
+			n.Run("hub", "ip", "-6", "addr", "add", fmt.Sprintf("2001:db8:98:%d::1/64", k), "dev", hl, "nodad")
+			n.Run("cpe", "ip", "-6", "route", "add", headendIPv6+"/128", "via", fmt.Sprintf("2001:db8:98:%d::1", k), "dev", up)
+		} else {
+			n.Veth("cpe", up, fmt.Sprintf("10.98.%d.2/24", k), "hub", hl, fmt.Sprintf("10.98.%d.1/24", k))
+			n.Run("cpe", "ip", "route", "add", headendIP+"/32", "via", fmt.Sprintf("10.98.%d.1", k),
+				"dev", up, "metric", strconv.Itoa(100+k))
+		}
+		if opts.shaped {
 			n.Shape("cpe", up, fmt.Sprintf("%dmbit", rate), 40)
 			n.Shape("hub", hl, fmt.Sprintf("%dmbit", rate), 40)
 		}
-		n.Run("cpe", "ip", "route", "add", headendIP+"/32", "via", fmt.Sprintf("10.98.%d.1", k),
-			"dev", up, "metric", strconv.Itoa(100+k))
 	}
 	n.Run("hub", "ip", "addr", "add", headendIP+"/32", "dev", "lo")
+	if opts.ipv6Uplink != 0 {
+		n.Run("hub", "ip", "-6", "addr", "add", headendIPv6+"/128", "dev", "lo", "nodad")
+	}
 	n.Veth("hub", "wan0", "10.97.0.1/24", "srv", "eth0", server+"/24")
 	return n
 }
@@ -127,6 +153,8 @@ type bondOptions struct {
 	uplink map[int]string
 	// cpe adds top-level lines to the CPE config.
 	cpe string
+	// listen is the headend's listen address; "" is headendIP:4242.
+	listen string
 }
 
 // startBondWith is startBond with the CPE config varied by opts.
@@ -154,8 +182,12 @@ uplinks:
 bpf:
   pin_dir: %s
 %s`, filepath.Join(dir, "cpe.key"), headendIP, hubKey, ups.String(), pinRoot, opts.cpe))
+	listen := opts.listen
+	if listen == "" {
+		listen = headendIP + ":4242"
+	}
 	writeFile(t, dir, "hub.yaml", fmt.Sprintf(`private_key_file: %s
-listen: %s:4242
+listen: "%s"
 tunnel:
   address: [100.64.0.1/24]
 nat:
@@ -168,7 +200,7 @@ log:
   level: debug
 bpf:
   pin_dir: %s
-`, filepath.Join(dir, "hub.key"), headendIP, cpeKey, pinRoot))
+`, filepath.Join(dir, "hub.key"), listen, cpeKey, pinRoot))
 
 	// AGGD_E2E_DAEMON_ARGS adds options to both daemons of every test (e.g. --fast-path:
 	// `make test` runs the suite once more with it, so the userspace tests check the

@@ -1,0 +1,100 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/aggd/aggd/internal/config"
+	"github.com/aggd/aggd/internal/netcfg"
+	"github.com/aggd/aggd/internal/sched"
+	"github.com/aggd/aggd/internal/tunnel"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// resolveUplinks decides how each uplink reaches the headend: its source address (the
+// config's, or the interface's first global one), the headend's address of the same IP
+// version, and its MTU. It returns the uplinks and the tunnel MTU they allow: the
+// smallest of their MTUs minus the overhead of their outer IP version.
+func resolveUplinks(ctx context.Context, ups []config.Uplink, headend config.Endpoint) ([]tunnel.Uplink, int, error) {
+	out := make([]tunnel.Uplink, 0, len(ups))
+	tunnelMTU := 0
+	for i, u := range ups {
+		what := fmt.Sprintf("uplinks[%d] (%s)", i, u.Name)
+		src, ep, err := uplinkPath(ctx, i, u, headend)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", what, err)
+		}
+		mtu := u.MTU
+		if mtu == 0 {
+			if mtu, err = netcfg.InterfaceMTU(u.Interface); err != nil {
+				return nil, 0, fmt.Errorf("%s: %w", what, err)
+			}
+		}
+		if inner := mtu - wire.OverheadFor(src); tunnelMTU == 0 || inner < tunnelMTU {
+			tunnelMTU = inner
+		}
+		class, err := sched.ParseClass(string(u.Class))
+		if err != nil {
+			return nil, 0, fmt.Errorf("uplinks[%d].class: %w", i, err)
+		}
+		out = append(out, tunnel.Uplink{
+			Interface: u.Interface, Source: src, Endpoint: ep,
+			Spec: tunnel.LinkSpec{
+				ID: uint8(i), Name: u.Name, Class: class,
+				TxRate: float64(u.RateUp), RxRate: float64(u.RateDown), Weight: float64(u.Weight),
+			},
+		})
+	}
+	return out, tunnelMTU, nil
+}
+
+// uplinkPath returns uplink i's source address and the headend's address it sends to,
+// both of one IP version: the source's if the config sets it, else the version of a
+// literal endpoint, else IPv4 if the interface has a global IPv4 address and IPv6 if
+// not (an IPv6-only line), with a host name resolved for that version.
+func uplinkPath(ctx context.Context, i int, u config.Uplink, headend config.Endpoint) (netip.Addr, netip.AddrPort, error) {
+	e, key := headend, "headend.endpoint"
+	if !u.Endpoint.IsZero() {
+		e, key = u.Endpoint, fmt.Sprintf("uplinks[%d].endpoint", i)
+	}
+	literal, err := netip.ParseAddr(e.Host)
+	isLiteral := err == nil
+	literal = literal.Unmap()
+	src := u.Source.Unmap()
+	if !src.IsValid() {
+		v6 := isLiteral && literal.Is6()
+		if !isLiteral {
+			if _, err := netcfg.FirstAddress(u.Interface, false); err != nil {
+				v6 = true // no IPv4 address: an IPv6-only uplink, if it has IPv6
+			}
+		}
+		if src, err = netcfg.FirstAddress(u.Interface, v6); err != nil {
+			if isLiteral && !v6 {
+				if a6, err6 := netcfg.FirstAddress(u.Interface, true); err6 == nil {
+					return netip.Addr{}, netip.AddrPort{}, fmt.Errorf("%s has no global IPv4 address, which %s (%s) needs, but IPv6 %s: "+
+						"set uplinks[%d].endpoint to the headend's IPv6 address", u.Interface, key, e, a6, i)
+				}
+			}
+			return netip.Addr{}, netip.AddrPort{}, err
+		}
+	}
+	network := "ip4"
+	if src.Is6() {
+		network = "ip6"
+	}
+	if isLiteral {
+		if literal.Is4() != src.Is4() {
+			return netip.Addr{}, netip.AddrPort{}, fmt.Errorf("source %s and %s (%s) are of different IP versions; set uplinks[%d].endpoint "+
+				"to the headend's address of the source's version", src, key, e, i)
+		}
+		return src, netip.AddrPortFrom(literal, e.Port), nil
+	}
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, network, e.Host)
+	if err != nil || len(addrs) == 0 {
+		return netip.Addr{}, netip.AddrPort{}, fmt.Errorf("%s: cannot resolve %q to an %s address for source %s: %v "+
+			"(fix DNS, or write the headend's address)", key, e.Host, map[string]string{"ip4": "IPv4", "ip6": "IPv6"}[network], src, err)
+	}
+	return src, netip.AddrPortFrom(addrs[0].Unmap(), e.Port), nil
+}

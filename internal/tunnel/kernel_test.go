@@ -1,0 +1,55 @@
+package tunnel
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// A headend's session on the fast path: the kernel gets the session (its receive
+// ordering offered, its transmit side programmed) only once the CPE's LINK_PARAMS have
+// named every link and each has spoken from an IPv4 address; a link that turns out to
+// be IPv6 takes the session back to userspace both ways.
+func TestKernelCarriesOnlyKnownIPv4Sessions(t *testing.T) {
+	s, _, sp := fastSessionWithLink() // link 3, no peer address yet
+	s.installKeys(&keyGen{id: 1, created: time.Now()}, true)
+	l5 := s.addLink(LinkSpec{ID: 5, Name: "dsl"}, func(*link, []byte) error { return nil })
+	l3 := s.link(3)
+
+	check := func(step string, want bool, reason string) {
+		t.Helper()
+		s.rxMu.Lock()
+		s.armHoldTimer(clock.Nanos())
+		s.rxMu.Unlock()
+		s.refreshSchedule()
+		if sp.offered != want {
+			t.Errorf("%s: offered the kernel the ordering = %v, want %v", step, sp.offered, want)
+		}
+		if sp.programmed == nil {
+			t.Fatalf("%s: transmit side never programmed", step)
+		}
+		if got := sp.programmed.Userspace; (got == "") != want || !strings.Contains(got, reason) {
+			t.Errorf("%s: programmed with Userspace %q, want it to say %q", step, got, reason)
+		}
+	}
+	check("nothing known", false, "not known yet")
+
+	s.follow(l3, netip.MustParseAddrPort("192.0.2.3:4242"))
+	s.follow(l5, netip.MustParseAddrPort("192.0.2.5:4242"))
+	check("both links heard, no LINK_PARAMS yet", false, "not known yet")
+
+	params := wire.LinkParamsBody{Links: []wire.LinkParam{{LinkID: 3}, {LinkID: 5}, {LinkID: 7}}}
+	s.handleControl(l3, &wire.Header{}, wire.Message{Body: params}, time.Now(), 0)
+	check("LINK_PARAMS name a link not heard from", false, "link 7 not heard from yet")
+
+	params.Links = params.Links[:2]
+	s.handleControl(l3, &wire.Header{}, wire.Message{Body: params}, time.Now(), 0)
+	check("every link known, all IPv4", true, "")
+
+	s.follow(l5, netip.MustParseAddrPort("[2001:db8::5]:4242"))
+	check("a link moved to IPv6", false, "dsl runs over IPv6")
+}
