@@ -38,8 +38,9 @@
 #define AGGD_TYPE_FEEDBACK 6
 #define AGGD_TYPE_LOSS_NOTICE 7
 #define AGGD_TYPE_LINK_PARAMS 8
+#define AGGD_TYPE_LINK_NAMES 9
 #define AGGD_TYPE_MIN AGGD_TYPE_DATA
-#define AGGD_TYPE_MAX AGGD_TYPE_LINK_PARAMS
+#define AGGD_TYPE_MAX AGGD_TYPE_LINK_NAMES
 
 /* Flags byte. Unknown bits must be zero so they can be given meaning later
  * without old receivers misreading them. */

@@ -36,6 +36,7 @@ type Set struct {
 	LinkDuplicate  *prometheus.CounterVec
 	LinkCapacity   *prometheus.GaugeVec
 	LinkQueueDelay *prometheus.GaugeVec
+	LinkInfo       *prometheus.GaugeVec
 
 	Sessions       prometheus.Gauge
 	Handshakes     *prometheus.CounterVec
@@ -63,17 +64,20 @@ type Set struct {
 func New() *Set {
 	linkLabels := []string{"peer", "link"}
 	s := &Set{
-		Registry:       prometheus.NewRegistry(),
-		LinkTxBytes:    counterVec("link_transmit_bytes_total", "Bytes sent on a link, outer headers included.", linkLabels),
-		LinkTxPackets:  counterVec("link_transmit_packets_total", "Packets sent on a link (data and control).", linkLabels),
-		LinkRxBytes:    counterVec("link_receive_bytes_total", "Authenticated bytes received on a link, outer headers included.", linkLabels),
-		LinkRxPackets:  counterVec("link_receive_packets_total", "Authenticated packets received on a link.", linkLabels),
-		LinkLost:       counterVec("link_lost_packets_total", "Data packets lost on a link, from gaps in its link sequence.", linkLabels),
-		LinkRTT:        gaugeVec("link_rtt_seconds", "Smoothed round-trip time of a link, from probes.", linkLabels),
-		LinkLoss:       gaugeVec("link_loss_ratio", "Recent loss ratio of a link as reported by the peer.", linkLabels),
-		LinkRate:       gaugeVec("link_delivery_rate_bits_per_second", "Measured delivery rate of a link towards the peer.", linkLabels),
-		LinkRatePrior:  gaugeVec("link_scheduler_rate_bits_per_second", "Rate the scheduler currently assumes for a link.", linkLabels),
-		LinkUp:         gaugeVec("link_up", "1 when the link is in the schedule (up, or suspect), else 0.", linkLabels),
+		Registry:      prometheus.NewRegistry(),
+		LinkTxBytes:   counterVec("link_transmit_bytes_total", "Bytes sent on a link, outer headers included.", linkLabels),
+		LinkTxPackets: counterVec("link_transmit_packets_total", "Packets sent on a link (data and control).", linkLabels),
+		LinkRxBytes:   counterVec("link_receive_bytes_total", "Authenticated bytes received on a link, outer headers included.", linkLabels),
+		LinkRxPackets: counterVec("link_receive_packets_total", "Authenticated packets received on a link.", linkLabels),
+		LinkLost:      counterVec("link_lost_packets_total", "Data packets lost on a link, from gaps in its link sequence.", linkLabels),
+		LinkRTT:       gaugeVec("link_rtt_seconds", "Smoothed round-trip time of a link, from probes.", linkLabels),
+		LinkLoss:      gaugeVec("link_loss_ratio", "Recent loss ratio of a link as reported by the peer.", linkLabels),
+		LinkRate:      gaugeVec("link_delivery_rate_bits_per_second", "Measured delivery rate of a link towards the peer.", linkLabels),
+		LinkRatePrior: gaugeVec("link_scheduler_rate_bits_per_second", "Rate the scheduler currently assumes for a link.", linkLabels),
+		LinkUp:        gaugeVec("link_up", "1 when the link is in the schedule (up, or suspect), else 0.", linkLabels),
+		LinkInfo: gaugeVec("link_info", "1 per link, labelled with the name its owner gives it: on a CPE its own uplink name; "+
+			"on a headend the CPE's name for the link its other metrics call link0, link1, ... (link0 until the CPE has said).",
+			[]string{"peer", "link", "name"}),
 		LinkSuspect:    gaugeVec("link_suspect", "1 while a link's probe replies have stopped but it is not yet down: its traffic is also copied to another link.", linkLabels),
 		LinkDuplicate:  counterVec("link_redundant_packets_total", "Redundant copies sent on a link for another link in doubt.", linkLabels),
 		LinkCapacity:   gaugeVec("link_capacity_bits_per_second", "Estimated capacity of a link towards the peer: its delivery rate while queueing, Kalman-filtered (0 until measured or configured).", linkLabels),
@@ -111,7 +115,7 @@ func New() *Set {
 	s.Registry.MustRegister(
 		s.LinkTxBytes, s.LinkTxPackets, s.LinkRxBytes, s.LinkRxPackets, s.LinkLost,
 		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkDuplicate,
-		s.LinkCapacity, s.LinkQueueDelay,
+		s.LinkCapacity, s.LinkQueueDelay, s.LinkInfo,
 		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderSkips, s.AQMDrops, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
 		s.LossNoticeSent, s.LossNoticeReceived, s.UplinkEvents, s.FallbackDirect, s.FallbackTransitions,

@@ -57,7 +57,7 @@ func renderPeer(b *strings.Builder, p, prev *Peer, dt float64) {
 		}
 	}
 	for i, l := range p.Links {
-		row := []string{"  " + l.Name, l.State(), millis(l.RTT), queue(l.QueueDelay),
+		row := []string{"  " + l.Label(), l.State(), millis(l.RTT), queue(l.QueueDelay),
 			percent(l.Loss), estimate(l.Capacity), estimate(l.SchedRate)}
 		if prev != nil {
 			share := "-"

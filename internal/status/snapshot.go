@@ -23,7 +23,10 @@ import (
 
 // Link is one link of one peer, as its metrics show it.
 type Link struct {
-	Name        string
+	Name string
+	// OwnName is what the link's owner calls it, when not Name: on a headend, the
+	// CPE's name for the link it calls link0, link1, ... (aggd_link_info).
+	OwnName     string
 	Up, Suspect bool
 	RTT         time.Duration // smoothed, from probes
 	QueueDelay  time.Duration // one-way delay above the link's floor
@@ -34,6 +37,15 @@ type Link struct {
 	TxBytes     float64       // cumulative, outer headers included
 	RxBytes     float64
 	Lost        float64 // data packets lost on the link, cumulative
+}
+
+// Label is how the status names the link: its name, with the owner's own name first
+// where that differs ("dsl (link0)" on a headend).
+func (l *Link) Label() string {
+	if l.OwnName != "" {
+		return l.OwnName + " (" + l.Name + ")"
+	}
+	return l.Name
 }
 
 // State names the link's health for people: up, suspect or down (a link that is not
@@ -159,6 +171,11 @@ func Parse(r io.Reader, at time.Time) (*Snapshot, error) {
 				pp.Links = append(pp.Links, l)
 			}
 			set(l, value(m))
+		}
+	}
+	for _, m := range families["aggd_link_info"].GetMetric() {
+		if l := links[[2]string{label(m, "peer"), label(m, "link")}]; l != nil && label(m, "name") != l.Name {
+			l.OwnName = label(m, "name")
 		}
 	}
 	for name, set := range peerSetters {

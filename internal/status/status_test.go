@@ -178,3 +178,30 @@ func TestParseRefusesOtherMetrics(t *testing.T) {
 		t.Fatal("HTML parsed as metrics")
 	}
 }
+
+// A headend's links carry their ids as names (link0, ...); aggd_link_info gives the
+// CPE's names, which the status shows first. A link whose info names it as itself (a
+// CPE's, or one the CPE has not named yet) shows its name alone.
+func TestRenderShowsTheCPEsLinkNames(t *testing.T) {
+	m := metrics.New()
+	for _, l := range []struct{ link, name string }{{"link0", "dsl"}, {"link1", "lte"}, {"link2", "link2"}} {
+		m.LinkUp.WithLabelValues("cpe1", l.link).Set(1)
+		m.LinkInfo.WithLabelValues("cpe1", l.link, l.name).Set(1)
+	}
+	s := fetch(t, serve(t, m))
+	if got := s.Peer("cpe1").Link("link0").OwnName; got != "dsl" {
+		t.Errorf("link0's own name read as %q, want dsl", got)
+	}
+	var out strings.Builder
+	if err := Render(&out, nil, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"dsl (link0)", "lte (link1)", "  link2 "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "(link2)") {
+		t.Errorf("a link named as itself shown with its name twice:\n%s", out.String())
+	}
+}

@@ -59,6 +59,8 @@ type CPE struct {
 	macL auth.Key // verifies the headend's replies (our own mac key)
 
 	conns []*uplinkConn // one per uplink, index = link id (uplinkevents.go)
+	// announced counts announceLinks calls: LINK_NAMES go out on each uplink in turn.
+	announced atomic.Uint32
 
 	localIndex uint32
 	session    atomic.Pointer[Session]
@@ -311,6 +313,17 @@ func (c *CPE) announceLinks(s *Session) {
 	for _, l := range s.allLinks() {
 		body := wire.LinkParamsBody{Counter: s.txCtrl.Add(1), Links: links}
 		s.sendControl(l, wire.TypeLinkParams, 0, 0, body.Append(nil))
+	}
+	// The names only tell the headend's operator which link is which: one copy a
+	// second, on each uplink in turn, gets through within as many seconds as there are
+	// dead uplinks.
+	names := make([]wire.LinkName, 0, len(c.cfg.Uplinks))
+	for _, u := range c.cfg.Uplinks {
+		names = append(names, wire.LinkName{LinkID: u.Spec.ID, Name: u.Spec.Name})
+	}
+	k := int(c.announced.Add(1)-1) % len(c.cfg.Uplinks)
+	if l := s.link(c.cfg.Uplinks[k].Spec.ID); l != nil {
+		s.sendLinkNames(l, names)
 	}
 }
 

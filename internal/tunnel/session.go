@@ -121,6 +121,8 @@ type Session struct {
 	// why the kernel fast path may not carry the session ("" when it may: kernel.go).
 	linkIDs   atomic.Pointer[[]uint8]
 	kernelBar atomic.Pointer[string]
+	// linkNames: what the peer calls its links (linknames.go).
+	linkNames peerLinkNames
 
 	closed chan struct{}
 	once   sync.Once
@@ -177,6 +179,7 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 	l.est.SetPrior(l.prior())
 	l.setState(stateProbing)
 	s.links[spec.ID] = l
+	defer s.showLinkName(l) // under linksMu, the one order linksMu and linkNames.mu are taken in
 	ids := make([]uint8, 0, len(s.links))
 	for id := range s.links {
 		ids = append(ids, id)
@@ -572,6 +575,8 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 		}
 		s.setLinkIDs(ids)
 		s.schedDue.Store(true)
+	case wire.LinkNamesBody:
+		s.onLinkNames(body)
 	}
 }
 

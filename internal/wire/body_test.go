@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -254,6 +255,8 @@ func TestBodiesRejectWrongLengths(t *testing.T) {
 			func(b []byte) error { _, err := ParseLossNotice(b); return err }},
 		"link_params": {LinkParamsBody{Counter: 1, Links: []LinkParam{{LinkID: 1, Class: LinkClassOverflow, RateBps: 1}, {LinkID: 2}}}.Marshal(),
 			func(b []byte) error { _, err := ParseLinkParams(b); return err }},
+		"link_names": {LinkNamesBody{Counter: 1, Links: []LinkName{{LinkID: 1, Name: "dsl"}, {LinkID: 2, Name: "l"}}}.Marshal(),
+			func(b []byte) error { _, err := ParseLinkNames(b); return err }},
 	}
 	for name, p := range parsers {
 		if err := p.parse(p.valid); err != nil {
@@ -295,5 +298,25 @@ func TestListAppendAcceptsMaximum(t *testing.T) {
 	back, err := ParseLossNotice(ln.Marshal())
 	if err != nil || len(back.Ranges) != MaxSeqRanges {
 		t.Fatalf("%d ranges: %d back, %v", MaxSeqRanges, len(back.Ranges), err)
+	}
+}
+
+// A name the config would refuse cannot be sent: Append panics rather than put it on
+// the wire, where the peer would drop the whole message.
+func TestLinkNamesAppendRefusesBadNames(t *testing.T) {
+	for _, name := range []string{"", "-dsl", "a b", "é", strings.Repeat("x", MaxLinkNameLen+1)} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("name %q encoded", name)
+				}
+			}()
+			LinkNamesBody{Links: []LinkName{{LinkID: 1, Name: name}}}.Marshal()
+		}()
+	}
+	long := strings.Repeat("x", MaxLinkNameLen)
+	got, err := ParseLinkNames(LinkNamesBody{Links: []LinkName{{LinkID: 1, Name: long}}}.Marshal())
+	if err != nil || got.Links[0].Name != long {
+		t.Errorf("a %d-byte name: %v, %v", MaxLinkNameLen, got, err)
 	}
 }

@@ -111,6 +111,11 @@ func FuzzParseLinkParams(f *testing.F) {
 	fuzzBody(f, seed, ParseLinkParams, LinkParamsBody.Marshal)
 }
 
+func FuzzParseLinkNames(f *testing.F) {
+	seed := LinkNamesBody{Counter: 1, Links: []LinkName{{LinkID: 0, Name: "dsl"}, {LinkID: 7, Name: "lte-2.x_y"}}}.Marshal()
+	fuzzBody(f, seed, ParseLinkNames, LinkNamesBody.Marshal)
+}
+
 func FuzzCheckData(f *testing.F) {
 	f.Add(ipv4Packet(20))
 	f.Add(ipv6Packet(0))

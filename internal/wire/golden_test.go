@@ -195,6 +195,13 @@ func goldenSpecs() []spec {
 	}}.Marshal())
 	linkParamsEmpty := sealed(ctrlKey, ctrlHdr(wire.TypeLinkParams), wire.LinkParamsBody{Counter: 13}.Marshal())
 
+	linkNames := sealed(ctrlKey, ctrlHdr(wire.TypeLinkNames), wire.LinkNamesBody{Counter: 14, Links: []wire.LinkName{
+		{LinkID: 0, Name: "dsl"}, {LinkID: 1, Name: "cable-1.b_2"}, {LinkID: 2, Name: "lte"},
+	}}.Marshal())
+	linkNamesEmpty := sealed(ctrlKey, ctrlHdr(wire.TypeLinkNames), wire.LinkNamesBody{Counter: 15}.Marshal())
+	// The first entry starts after the header, counter and count; its name at +2.
+	firstName := wire.HeaderLen + 9 + 2
+
 	return []spec{
 		// Valid packets.
 		{name: "data_ipv4", key: sipPaperKey, pkt: dataV4},
@@ -221,6 +228,11 @@ func goldenSpecs() []spec {
 		// Type 8 was bad_type before LINK_PARAMS: a probe's body under type 8 is now a
 		// LINK_PARAMS body of the wrong length.
 		{name: "type_8_is_link_params", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x18)), reason: wire.ReasonBadLength},
+		{name: "link_names", key: ctrlKey, pkt: linkNames},
+		{name: "link_names_no_links", key: ctrlKey, pkt: linkNamesEmpty},
+		// Type 9 was bad_type before LINK_NAMES: a probe's body under type 9 is now a
+		// LINK_NAMES body that ends inside its count.
+		{name: "type_9_is_link_names", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x19)), reason: wire.ReasonBadLength},
 
 		// Bad tags.
 		{name: "bad_tag_bit_flipped", key: sipPaperKey, pkt: mutate(dataV4, func(b []byte) { b[27] ^= 0x01 }), reason: wire.ReasonBadTag},
@@ -235,7 +247,7 @@ func goldenSpecs() []spec {
 		{name: "bad_version_2", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(0, 0x21)), reason: wire.ReasonBadVersion},
 		{name: "bad_version_0", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(0, 0x01)), reason: wire.ReasonBadVersion},
 		{name: "bad_type_0", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x10)), reason: wire.ReasonBadType},
-		{name: "bad_type_9", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x19)), reason: wire.ReasonBadType},
+		{name: "bad_type_10", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x1a)), reason: wire.ReasonBadType},
 		{name: "bad_type_15", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x1f)), reason: wire.ReasonBadType},
 		{name: "bad_flags_0x02", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(1, 0x02)), reason: wire.ReasonBadFlags},
 		{name: "bad_flags_0x81", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(1, 0x81)), reason: wire.ReasonBadFlags},
@@ -266,6 +278,13 @@ func goldenSpecs() []spec {
 		{name: "bad_length_link_params_count_too_big", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, setByte(wire.HeaderLen+8, 4)), reason: wire.ReasonBadLength},
 		{name: "bad_body_link_params_class_3", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, setByte(wire.HeaderLen+9+12+1, 3)), reason: wire.ReasonBadBody},
 		{name: "bad_body_link_params_reserved", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, setByte(wire.HeaderLen+9+24+3, 1)), reason: wire.ReasonBadBody},
+		{name: "bad_length_link_names_trailing_byte", key: ctrlKey, pkt: resealed(ctrlKey, linkNames, extend(0)), reason: wire.ReasonBadLength},
+		{name: "bad_length_link_names_count_too_big", key: ctrlKey, pkt: resealed(ctrlKey, linkNames, setByte(wire.HeaderLen+8, 4)), reason: wire.ReasonBadLength},
+		{name: "bad_length_link_names_name_too_long", key: ctrlKey, pkt: resealed(ctrlKey, linkNames, setByte(firstName-1, 40)), reason: wire.ReasonBadLength},
+		{name: "bad_body_link_names_empty_name", key: ctrlKey, pkt: resealed(ctrlKey, linkNamesEmpty, func(b []byte) []byte { b[wire.HeaderLen+8] = 1; return append(b, 7, 0) }), reason: wire.ReasonBadBody},
+		{name: "bad_body_link_names_space", key: ctrlKey, pkt: resealed(ctrlKey, linkNames, setByte(firstName+1, ' ')), reason: wire.ReasonBadBody},
+		{name: "bad_body_link_names_leading_dash", key: ctrlKey, pkt: resealed(ctrlKey, linkNames, setByte(firstName, '-')), reason: wire.ReasonBadBody},
+		{name: "bad_body_link_names_same_link_twice", key: ctrlKey, pkt: resealed(ctrlKey, linkNames, setByte(firstName+3, 0)), reason: wire.ReasonBadBody},
 	}
 }
 
@@ -366,6 +385,17 @@ func TestGolden(t *testing.T) {
 	}
 }
 
+// wantValidPacket checks a valid vector against its bytes laid out by hand.
+func wantValidPacket(t *testing.T, v vector, want string) {
+	t.Helper()
+	if v.Packet != want {
+		t.Errorf("packet\n got %s\nwant %s", v.Packet, want)
+	}
+	if !v.Valid || !v.TagOK {
+		t.Errorf("valid/tag_ok = %v/%v", v.Valid, v.TagOK)
+	}
+}
+
 // loadVectors reads vectors.json as another implementation would.
 func loadVectors(t *testing.T) map[string]vector {
 	t.Helper()
@@ -460,13 +490,7 @@ func TestGoldenHandChecked(t *testing.T) {
 			"01020304" + // timestamp
 			"2c7ee069c491c323" + // SipHash-2-4(key c0..cf, header 0-19 || body)
 			"0000000000000007" // counter 7
-		v := vs["probe"]
-		if v.Packet != want {
-			t.Errorf("packet\n got %s\nwant %s", v.Packet, want)
-		}
-		if !v.Valid || !v.TagOK {
-			t.Errorf("valid/tag_ok = %v/%v", v.Valid, v.TagOK)
-		}
+		wantValidPacket(t, vs["probe"], want)
 	})
 
 	t.Run("link_params", func(t *testing.T) {
@@ -481,13 +505,22 @@ func TestGoldenHandChecked(t *testing.T) {
 			"00" + "00" + "0000" + "0000000005f5e100" + // link 0, primary, reserved, 100 Mbit/s
 			"01" + "01" + "0000" + "0000010203040506" + // link 1, overflow, reserved, rate
 			"02" + "02" + "0000" + "0000000000000000" // link 2, backup, reserved, rate unknown
-		v := vs["link_params"]
-		if v.Packet != want {
-			t.Errorf("packet\n got %s\nwant %s", v.Packet, want)
-		}
-		if !v.Valid || !v.TagOK {
-			t.Errorf("valid/tag_ok = %v/%v", v.Valid, v.TagOK)
-		}
+		wantValidPacket(t, vs["link_params"], want)
+	})
+
+	t.Run("link_names", func(t *testing.T) {
+		want := "" +
+			"19" + "00" + "01" + "01" + // version 1 type LINK_NAMES, flags, link 1, key id 1
+			"11223344" + // session
+			"00000000" + "00000000" + // seq, link seq: unused, 0
+			"01020304" + // timestamp
+			vs["link_names"].Packet[40:56] + // tag: checked by tag_ok below and crosscheck.py
+			"000000000000000e" + // counter 14
+			"03" + // n
+			"00" + "03" + "64736c" + // link 0, 3 bytes, "dsl"
+			"01" + "0b" + "6361626c652d312e625f32" + // link 1, 11 bytes, "cable-1.b_2"
+			"02" + "03" + "6c7465" // link 2, 3 bytes, "lte"
+		wantValidPacket(t, vs["link_names"], want)
 	})
 
 	t.Run("handshake_init_mac_key", func(t *testing.T) {

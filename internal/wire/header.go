@@ -63,6 +63,7 @@ const (
 	TypeFeedback      Type = 6
 	TypeLossNotice    Type = 7
 	TypeLinkParams    Type = 8
+	TypeLinkNames     Type = 9
 )
 
 var typeNames = [...]string{
@@ -74,10 +75,11 @@ var typeNames = [...]string{
 	TypeFeedback:      "feedback",
 	TypeLossNotice:    "loss_notice",
 	TypeLinkParams:    "link_params",
+	TypeLinkNames:     "link_names",
 }
 
 // Valid reports whether t is a type version 1 defines.
-func (t Type) Valid() bool { return t >= TypeData && t <= TypeLinkParams }
+func (t Type) Valid() bool { return t >= TypeData && t <= TypeLinkNames }
 
 // String gives the snake_case name (suitable as a metric label).
 func (t Type) String() string {

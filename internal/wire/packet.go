@@ -1,7 +1,8 @@
 package wire
 
 // Body is a decoded message body: Data for DATA, HandshakeBody for both handshake
-// types, and ProbeBody, ProbeReplyBody, FeedbackBody, LossNoticeBody or LinkParamsBody.
+// types, and ProbeBody, ProbeReplyBody, FeedbackBody, LossNoticeBody, LinkParamsBody
+// or LinkNamesBody.
 // Receivers type-switch on it; Append encodes it.
 type Body interface {
 	Append(dst []byte) []byte
@@ -56,6 +57,8 @@ func parseBody(t Type, b []byte) (Body, error) {
 		return asBody(ParseLossNotice(b))
 	case TypeLinkParams:
 		return asBody(ParseLinkParams(b))
+	case TypeLinkNames:
+		return asBody(ParseLinkNames(b))
 	}
 	// ParseHeader has already rejected every other type.
 	return nil, errorf(ReasonBadType, "message type %d is not defined", uint8(t))
@@ -82,6 +85,8 @@ func (m Message) Counter() uint64 {
 	case LossNoticeBody:
 		return b.Counter
 	case LinkParamsBody:
+		return b.Counter
+	case LinkNamesBody:
 		return b.Counter
 	}
 	return 0

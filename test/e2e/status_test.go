@@ -24,10 +24,19 @@ func TestStatusShowsLinksAndTheirSplit(t *testing.T) {
 	}()
 	time.Sleep(2 * time.Second)
 	out := n.Run("cpe", aggdBinary, "status", "--config", filepath.Join(b.dir, "cpe.yaml"), "--interval", "2s")
+	// The headend's status names the CPE's links as the CPE does, next to its own ids.
+	hubOut := n.Run("hub", aggdBinary, "status", "--config", filepath.Join(b.dir, "hub.yaml"), "--interval", "200ms")
 	if err := <-done; err != nil {
 		t.Fatalf("iperf3 during the status: %v", err)
 	}
 	t.Logf("aggd status:\n%s", out)
+	t.Logf("aggd status on the headend:\n%s", hubOut)
+	for k := range uplinkRates {
+		label := "up" + strconv.Itoa(k+1) + " (link" + strconv.Itoa(k) + ")"
+		if row := statusRow(hubOut, label); len(row) < 2 || row[1] != "up" {
+			t.Errorf("the headend's status has no row %q with state up:\n%s", label, hubOut)
+		}
+	}
 
 	if !strings.Contains(out, "peer headend") || !strings.Contains(out, "1 session") {
 		t.Fatalf("status does not show the session with the headend:\n%s", out)
