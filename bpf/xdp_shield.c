@@ -4,9 +4,10 @@
  * headend's public interface (ARCHITECTURE §2, receive step 1).
  *
  * It drops malformed aggd datagrams before the kernel allocates an skb for
- * them and counts every verdict by reason. Traffic that is not an IPv4 UDP
- * datagram to the tunnel port is passed untouched and not counted: the shield
- * shares the interface with whatever else runs there.
+ * them and counts every verdict by reason. Traffic that is not a UDP datagram
+ * to the tunnel port, over IPv4 or right behind a fixed IPv6 header, is passed
+ * untouched and not counted: the shield shares the interface with whatever
+ * else runs there.
  *
  * What it checks, in this order (the daemon's order, so both count a datagram
  * with several faults under the same reason):
@@ -136,6 +137,51 @@ static __always_inline enum aggd_reason shield_auth(const struct aggd_hdr *hdr, 
 	return ok ? AGGD_REASON_NONE : AGGD_REASON_BAD_TAG;
 }
 
+/*
+ * Finds the aggd header of a UDP datagram to the tunnel port behind IPv4 or a
+ * fixed IPv6 header. Returns -1 for anything else (not ours: pass, uncounted),
+ * else 0 with the length checks' verdict in *reason.
+ */
+static __always_inline int shield_locate(struct aggd_cursor *c, struct aggd_hdr **hdr, __u32 *body_len,
+					 enum aggd_reason *reason)
+{
+	struct aggd_ipv4_hdr *ip;
+	struct aggd_ipv6_hdr *ip6;
+	struct aggd_udp_hdr *udp;
+	__be16 proto;
+
+	/* Frames we cannot even classify are not ours to judge: the stack
+	 * drops what is really malformed. */
+	if (aggd_parse_eth(c, &proto) < 0)
+		return -1;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		ip = aggd_parse_ipv4(c);
+		if (!ip || ip->protocol != IPPROTO_UDP)
+			return -1;
+		/* A later fragment has no UDP header, so no port to match; the
+		 * first fragment was checked, reassembly is the stack's job. */
+		if (aggd_ipv4_is_later_fragment(ip))
+			return -1;
+		udp = aggd_parse_udp_to(c, tunnel_port);
+		if (!udp)
+			return -1;
+		*reason = aggd_locate_hdr(c, ip, udp, hdr, body_len);
+		return 0;
+	}
+	if (proto == bpf_htons(ETH_P_IPV6)) {
+		ip6 = aggd_parse_ipv6(c);
+		/* Behind extension headers (a fragment, say): the daemon judges. */
+		if (!ip6 || ip6->nexthdr != IPPROTO_UDP)
+			return -1;
+		udp = aggd_parse_udp_to(c, tunnel_port);
+		if (!udp)
+			return -1;
+		*reason = aggd_locate_hdr6(c, ip6, udp, hdr, body_len);
+		return 0;
+	}
+	return -1;
+}
+
 SEC("xdp")
 int aggd_xdp_shield(struct xdp_md *ctx)
 {
@@ -143,32 +189,12 @@ int aggd_xdp_shield(struct xdp_md *ctx)
 		.pos = (void *)(long)ctx->data,
 		.end = (void *)(long)ctx->data_end,
 	};
-	struct aggd_ipv4_hdr *ip;
-	struct aggd_udp_hdr *udp;
 	struct aggd_hdr *hdr = NULL;
-	enum aggd_reason reason;
+	enum aggd_reason reason = AGGD_REASON_NONE;
 	__u32 body_len = 0;
-	__be16 proto;
 
-	/* Frames we cannot even classify are not ours to judge: the stack
-	 * drops what is really malformed. */
-	if (aggd_parse_eth(&c, &proto) < 0 || proto != bpf_htons(ETH_P_IP))
+	if (shield_locate(&c, &hdr, &body_len, &reason) < 0)
 		return XDP_PASS;
-	ip = aggd_parse_ipv4(&c);
-	if (!ip || ip->protocol != IPPROTO_UDP)
-		return XDP_PASS;
-	/* A later fragment has no UDP header, so no port to match; the first
-	 * fragment was checked, reassembly is the stack's job. */
-	if (aggd_ipv4_is_later_fragment(ip))
-		return XDP_PASS;
-	udp = c.pos;
-	if ((void *)(udp + 1) > c.end)
-		return XDP_PASS;
-	if (udp->dest != bpf_htons(tunnel_port))
-		return XDP_PASS;
-	c.pos = udp + 1;
-
-	reason = aggd_locate_hdr(&c, ip, udp, &hdr, &body_len);
 	if (reason == AGGD_REASON_NONE)
 		reason = hdr ? aggd_hdr_check(hdr) : AGGD_REASON_TRUNCATED;
 	if (reason == AGGD_REASON_NONE && hdr)
@@ -177,5 +203,3 @@ int aggd_xdp_shield(struct xdp_md *ctx)
 	shield_count(reason, hdr);
 	return reason == AGGD_REASON_NONE ? XDP_PASS : XDP_DROP;
 }
-
-char LICENSE[] SEC("license") = "Dual BSD/GPL";

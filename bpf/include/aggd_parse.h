@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * Packet parsing shared by the XDP and tc programs: walk Ethernet (with up to
- * two VLAN tags), IPv4 and UDP with the bounds checks the verifier needs,
- * and locate the aggd header of a datagram aimed at the tunnel port.
+ * two VLAN tags), IPv4 or IPv6 and UDP with the bounds checks the verifier
+ * needs, and locate the aggd header of a datagram aimed at the tunnel port.
  *
  * Everything here works on plain data/data_end pointers, so both XDP
  * (xdp_md) and tc (__sk_buff, direct packet access) callers can use it.
@@ -48,6 +48,16 @@ struct aggd_ipv4_hdr {
 	__be32 daddr;
 };
 
+/* Layout of the fixed IPv6 header. */
+struct aggd_ipv6_hdr {
+	__be32 ver_tc_flow;
+	__be16 payload_len;
+	__u8 nexthdr;
+	__u8 hop_limit;
+	__u8 saddr[16];
+	__u8 daddr[16];
+};
+
 struct aggd_udp_hdr {
 	__be16 source;
 	__be16 dest;
@@ -57,6 +67,7 @@ struct aggd_udp_hdr {
 
 _Static_assert(sizeof(struct aggd_vlan_hdr) == 4, "VLAN tag is 4 bytes");
 _Static_assert(sizeof(struct aggd_ipv4_hdr) == 20, "IPv4 header is 20 bytes");
+_Static_assert(sizeof(struct aggd_ipv6_hdr) == 40, "IPv6 header is 40 bytes");
 _Static_assert(sizeof(struct aggd_udp_hdr) == 8, "UDP header is 8 bytes");
 
 /* A read position in the packet and its end. */
@@ -117,6 +128,40 @@ static __always_inline struct aggd_ipv4_hdr *aggd_parse_ipv4(struct aggd_cursor 
 	return ip;
 }
 
+/*
+ * Check and skip a fixed IPv6 header. Returns it, or NULL if it is not an
+ * IPv6 header that fits in the frame. Extension headers are not walked: a
+ * caller that wants UDP checks nexthdr, so a datagram behind extension headers
+ * (a fragment, say) is not recognised as a tunnel packet.
+ */
+static __always_inline struct aggd_ipv6_hdr *aggd_parse_ipv6(struct aggd_cursor *c)
+{
+	struct aggd_ipv6_hdr *ip6 = c->pos;
+
+	if ((void *)(ip6 + 1) > c->end)
+		return NULL;
+	if ((*(__u8 *)ip6 >> 4) != 6)
+		return NULL;
+	c->pos = ip6 + 1;
+	return ip6;
+}
+
+/*
+ * Check and skip a UDP header aimed at port (host order). Returns it, or NULL
+ * if the frame ends inside it or it is for another port.
+ */
+static __always_inline struct aggd_udp_hdr *aggd_parse_udp_to(struct aggd_cursor *c, __u16 port)
+{
+	struct aggd_udp_hdr *udp = c->pos;
+
+	if ((void *)(udp + 1) > c->end)
+		return NULL;
+	if (udp->dest != bpf_htons(port))
+		return NULL;
+	c->pos = udp + 1;
+	return udp;
+}
+
 static __always_inline __u32 aggd_ipv4_hlen(const struct aggd_ipv4_hdr *ip)
 {
 	return (__u32)(ip->ver_ihl & 0x0f) * 4;
@@ -151,27 +196,28 @@ static __always_inline int aggd_ipv4_more_fragments(const struct aggd_ipv4_hdr *
  */
 #define AGGD_BODY_LEN_PARTIAL 0xffffffffU
 
+/*
+ * The checks both IP versions share. ip_end is where the IP packet ends by its
+ * header, in_ip how many datagram bytes (UDP header included) it carries, and
+ * first_fragment says it is the first of several (IPv4 MF).
+ */
 static __always_inline enum aggd_reason
-aggd_locate_hdr(struct aggd_cursor *c, struct aggd_ipv4_hdr *ip, struct aggd_udp_hdr *udp,
-		struct aggd_hdr **hdrp, __u32 *body_lenp)
+aggd_locate_in_ip(struct aggd_cursor *c, void *ip_end, __u32 in_ip, int first_fragment,
+		  struct aggd_udp_hdr *udp, struct aggd_hdr **hdrp, __u32 *body_lenp)
 {
 	struct aggd_hdr *hdr = c->pos;
-	__u32 ip_len = aggd_bound16(bpf_ntohs(ip->tot_len));
 	__u32 udp_len = aggd_bound16(bpf_ntohs(udp->len));
-	__u32 hlen = aggd_ipv4_hlen(ip);
-	__u32 in_ip; /* datagram bytes (UDP header included) this IPv4 packet carries */
 	__u32 present;
 
-	if (ip_len < hlen + sizeof(*udp) || udp_len < sizeof(*udp))
+	if (udp_len < sizeof(*udp))
 		return AGGD_REASON_TRUNCATED;
-	/* The frame must hold the whole IPv4 packet. */
-	if ((void *)ip + ip_len > c->end)
+	/* The frame must hold the whole IP packet. */
+	if (ip_end > c->end)
 		return AGGD_REASON_TRUNCATED;
-	in_ip = ip_len - hlen;
-	if (aggd_ipv4_more_fragments(ip)) {
+	if (first_fragment) {
 		present = in_ip;
 	} else {
-		/* UDP claiming more than IPv4 carries is a cut-off datagram. */
+		/* UDP claiming more than IP carries is a cut-off datagram. */
 		if (udp_len > in_ip)
 			return AGGD_REASON_TRUNCATED;
 		present = udp_len;
@@ -182,9 +228,34 @@ aggd_locate_hdr(struct aggd_cursor *c, struct aggd_ipv4_hdr *ip, struct aggd_udp
 	if ((void *)(hdr + 1) > c->end)
 		return AGGD_REASON_TRUNCATED;
 	*hdrp = hdr;
-	*body_lenp = aggd_ipv4_more_fragments(ip) ? AGGD_BODY_LEN_PARTIAL
-						  : present - sizeof(*udp) - AGGD_HDR_LEN;
+	*body_lenp = first_fragment ? AGGD_BODY_LEN_PARTIAL : present - sizeof(*udp) - AGGD_HDR_LEN;
 	return AGGD_REASON_NONE;
+}
+
+static __always_inline enum aggd_reason
+aggd_locate_hdr(struct aggd_cursor *c, struct aggd_ipv4_hdr *ip, struct aggd_udp_hdr *udp,
+		struct aggd_hdr **hdrp, __u32 *body_lenp)
+{
+	__u32 ip_len = aggd_bound16(bpf_ntohs(ip->tot_len));
+	__u32 hlen = aggd_ipv4_hlen(ip);
+
+	if (ip_len < hlen + sizeof(*udp))
+		return AGGD_REASON_TRUNCATED;
+	return aggd_locate_in_ip(c, (void *)ip + ip_len, ip_len - hlen, aggd_ipv4_more_fragments(ip),
+				 udp, hdrp, body_lenp);
+}
+
+/* The same for a datagram right behind a fixed IPv6 header (no fragments:
+ * those have an extension header, and aggd_parse_ipv6's callers pass them). */
+static __always_inline enum aggd_reason
+aggd_locate_hdr6(struct aggd_cursor *c, struct aggd_ipv6_hdr *ip6, struct aggd_udp_hdr *udp,
+		 struct aggd_hdr **hdrp, __u32 *body_lenp)
+{
+	__u32 payload = aggd_bound16(bpf_ntohs(ip6->payload_len));
+
+	if (payload < sizeof(*udp))
+		return AGGD_REASON_TRUNCATED;
+	return aggd_locate_in_ip(c, (void *)(ip6 + 1) + payload, payload, 0, udp, hdrp, body_lenp);
 }
 
 #endif /* AGGD_PARSE_H */

@@ -28,14 +28,15 @@ var (
 
 type frameSpec struct {
 	vlans     []uint16 // outer first: TPIDs of the tags to insert
-	etherType uint16   // 0 means IPv4
+	etherType uint16   // 0 means IPv4 (IPv6 with ipv6)
+	ipv6      bool     // an IPv6 packet: fixed header, then proto's header
 	ipOptions int      // 4-byte words of IPv4 options
 	proto     uint8    // 0 means UDP
 	fragOff   uint16   // raw IPv4 flags+fragment offset field
 	dport     uint16   // 0 means DefaultTunnelPort
 	payload   []byte   // the UDP payload (an aggd datagram or not)
 
-	ipLenDelta  int // added to the correct IPv4 total length
+	ipLenDelta  int // added to the correct IPv4 total length or IPv6 payload length
 	udpLenDelta int // added to the correct UDP length
 	pad         int // bytes behind the IPv4 packet (Ethernet padding)
 	cut         int // bytes removed from the end of the frame
@@ -43,7 +44,10 @@ type frameSpec struct {
 
 func (f frameSpec) build() []byte {
 	etherType := f.etherType
-	if etherType == 0 {
+	switch {
+	case etherType == 0 && f.ipv6:
+		etherType = etherTypeIPv6
+	case etherType == 0:
 		etherType = etherTypeIPv4
 	}
 	proto := f.proto
@@ -67,6 +71,9 @@ func (f frameSpec) build() []byte {
 		b = binary.BigEndian.AppendUint16(b, types[i+1])
 	}
 
+	if f.ipv6 {
+		return f.ipv6Packet(b, proto, dport)
+	}
 	if etherType != etherTypeIPv4 {
 		// Something that is not IPv4 but would look like aggd if misparsed.
 		b = append(b, make([]byte, 40)...)
@@ -96,6 +103,28 @@ func (f frameSpec) build() []byte {
 	}
 	binary.BigEndian.PutUint16(ip[10:], ipChecksum(ip))
 
+	b = append(b, ip...)
+	b = append(b, l4...)
+	b = append(b, f.payload...)
+	b = append(b, make([]byte, f.pad)...)
+	return b[:len(b)-f.cut]
+}
+
+// ipv6Packet appends an IPv6 packet to the Ethernet header b: the fixed header with
+// next header proto, then a UDP header (or, for another proto, 8 zero bytes as an
+// extension header would have) and the payload.
+func (f frameSpec) ipv6Packet(b []byte, proto uint8, dport uint16) []byte {
+	l4 := udpHeader(dport, len(f.payload)+8+f.udpLenDelta)
+	if proto != protoUDP {
+		l4 = make([]byte, 8)
+	}
+	ip := make([]byte, 40)
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:], uint16(len(l4)+len(f.payload)+f.ipLenDelta))
+	ip[6] = proto
+	ip[7] = 64
+	copy(ip[8:], []byte{0x20, 0x01, 0x0d, 0xb8, 15: 1})
+	copy(ip[24:], []byte{0x20, 0x01, 0x0d, 0xb8, 15: 2})
 	b = append(b, ip...)
 	b = append(b, l4...)
 	b = append(b, f.payload...)

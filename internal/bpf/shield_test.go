@@ -195,7 +195,10 @@ func TestShieldVerdicts(t *testing.T) {
 	}{
 		// Not ours: passed and not counted.
 		{"arp", frameSpec{etherType: etherTypeARP, payload: garbage}, xdpPass, ""},
-		{"ipv6", frameSpec{etherType: etherTypeIPv6, payload: garbage}, xdpPass, ""},
+		{"ipv6 ethertype, not an ipv6 header", frameSpec{etherType: etherTypeIPv6, payload: garbage}, xdpPass, ""},
+		{"ipv6 udp to other port", frameSpec{ipv6: true, dport: 53, payload: garbage}, xdpPass, ""},
+		{"ipv6 behind an extension header", frameSpec{ipv6: true, proto: 44, payload: bad(0x21, 0)}, xdpPass, ""},
+		{"ipv6 frame ends inside udp header", frameSpec{ipv6: true, payload: nil, cut: 4}, xdpPass, ""},
 		{"tcp to tunnel port", frameSpec{proto: protoTCP, payload: garbage}, xdpPass, ""},
 		{"udp to other port", frameSpec{dport: 53, payload: garbage}, xdpPass, ""},
 		{"udp to other port, short", frameSpec{dport: 53, payload: []byte{1}}, xdpPass, ""},
@@ -214,6 +217,10 @@ func TestShieldVerdicts(t *testing.T) {
 		{"ip options", frameSpec{ipOptions: 3, payload: validData()}, xdpPass, "pass"},
 		{"ethernet padding", frameSpec{payload: validData(), pad: 6}, xdpPass, "pass"},
 		{"first fragment", frameSpec{fragOff: 0x2000, payload: validData(), udpLenDelta: 1000}, xdpPass, "pass"},
+		{"ipv6 data", frameSpec{ipv6: true, payload: validData()}, xdpPass, "pass"},
+		{"ipv6 802.1Q", frameSpec{ipv6: true, vlans: []uint16{etherTypeVLAN}, payload: validData()}, xdpPass, "pass"},
+		{"ipv6 ethernet padding", frameSpec{ipv6: true, payload: validData(), pad: 6}, xdpPass, "pass"},
+		{"ipv6 link params", frameSpec{ipv6: true, payload: bad(0x18, 0)}, xdpPass, "pass"},
 
 		// Malformed: dropped and counted by reason.
 		{"empty", frameSpec{payload: nil}, xdpDrop, "truncated"},
@@ -242,6 +249,16 @@ func TestShieldVerdicts(t *testing.T) {
 		{"QinQ bad flags", frameSpec{vlans: []uint16{etherTypeQinQ, etherTypeVLAN}, payload: bad(0x11, 2)}, xdpDrop, "bad_flags"},
 		{"ip options bad type", frameSpec{ipOptions: 10, payload: bad(0x1a, 0)}, xdpDrop, "bad_type"},
 		{"first fragment bad version", frameSpec{fragOff: 0x2000, payload: bad(0x31, 0), udpLenDelta: 1000}, xdpDrop, "bad_version"},
+		{"ipv6 empty", frameSpec{ipv6: true, payload: nil}, xdpDrop, "truncated"},
+		{"ipv6 27 bytes", frameSpec{ipv6: true, payload: validData()[:27]}, xdpDrop, "truncated"},
+		{"ipv6 udp length beyond payload", frameSpec{ipv6: true, payload: validData(), udpLenDelta: 1}, xdpDrop, "truncated"},
+		{"ipv6 udp length cuts header", frameSpec{ipv6: true, payload: validData(), udpLenDelta: -len(validData()) + 27}, xdpDrop, "truncated"},
+		{"ipv6 payload length beyond frame", frameSpec{ipv6: true, payload: validData(), cut: 1}, xdpDrop, "truncated"},
+		{"ipv6 payload length below udp", frameSpec{ipv6: true, payload: validData(), ipLenDelta: -len(validData()) - 1}, xdpDrop, "truncated"},
+		{"ipv6 version 2", frameSpec{ipv6: true, payload: bad(0x21, 0)}, xdpDrop, "bad_version"},
+		{"ipv6 type 10", frameSpec{ipv6: true, payload: bad(0x1a, 0)}, xdpDrop, "bad_type"},
+		{"ipv6 flags 0x80", frameSpec{ipv6: true, payload: bad(0x11, 0x80)}, xdpDrop, "bad_flags"},
+		{"ipv6 QinQ bad version", frameSpec{ipv6: true, vlans: []uint16{etherTypeQinQ, etherTypeVLAN}, payload: bad(0x21, 0)}, xdpDrop, "bad_version"},
 	}
 	for _, c := range cases {
 		checkFrame(t, s, c.name, c.f.build(), c.verdict, c.counted)
@@ -400,11 +417,21 @@ func TestShieldGoldenVectors(t *testing.T) {
 				continue
 			}
 		}
-		frame := frameSpec{payload: pkt}.build()
+		// Every vector over IPv4 and over IPv6: the shield judges both alike.
+		frames := []struct {
+			name  string
+			frame []byte
+		}{{"", frameSpec{payload: pkt}.build()}, {" over ipv6", frameSpec{ipv6: true, payload: pkt}.build()}}
+		check := func(what string, verdict uint32, counted string) {
+			t.Helper()
+			for _, f := range frames {
+				checkFrame(t, s, "vector "+v.Name+f.name+what, f.frame, verdict, counted)
+			}
+		}
 
 		if headerReasons[v.Reason] {
 			seen[v.Reason]++
-			checkFrame(t, s, "vector "+v.Name, frame, xdpDrop, v.Reason)
+			check("", xdpDrop, v.Reason)
 			continue
 		}
 		if v.Header == nil {
@@ -413,7 +440,7 @@ func TestShieldGoldenVectors(t *testing.T) {
 		}
 		if isHandshake(v.Header.Type) {
 			seen["handshake"]++
-			checkFrame(t, s, "vector "+v.Name, frame, xdpPass, "pass")
+			check("", xdpPass, "pass")
 			continue
 		}
 
@@ -431,12 +458,12 @@ func TestShieldGoldenVectors(t *testing.T) {
 			kind = "data"
 		}
 		seen[fmt.Sprintf("%s tag_ok=%v", kind, v.TagOK)]++
-		checkFrame(t, s, "vector "+v.Name+", session installed", frame, verdict, counted)
+		check(", session installed", verdict, counted)
 
 		if err := s.DeleteSession(v.Header.Session); err != nil {
 			t.Fatalf("%s: DeleteSession: %v", v.Name, err)
 		}
-		checkFrame(t, s, "vector "+v.Name+", no session", frame, xdpDrop, "unknown_session")
+		check(", no session", xdpDrop, "unknown_session")
 	}
 	// Without these the vectors would not exercise the shield's checks.
 	for _, r := range []string{"truncated", "bad_version", "bad_type", "bad_flags", "handshake",
