@@ -10,12 +10,12 @@ LDFLAGS := -X github.com/aggd/aggd/internal/buildinfo.Version=$(VERSION)
 DEB_PACKAGES := clang llvm libbpf-dev bpftool linux-libc-dev gcc-multilib \
 	iproute2 iperf3 nftables tcpdump ethtool iputils-ping spin \
 	qemu-system-x86 kmod busybox-static udev \
-	python3-yaml python3-matplotlib openvpn wireguard-tools
+	python3-yaml python3-matplotlib openvpn wireguard-tools systemd binutils
 
 GOLANGCI_LINT_VERSION := v2.15.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
 
-.PHONY: help deps generate build test test-unit test-bpf-lts fuzz bench demo lab lint clean
+.PHONY: help deps generate build test test-unit test-bpf-lts test-package deb fuzz bench demo lab lint clean
 
 help: ## show this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -63,6 +63,12 @@ demo: build ## bring up the virtual lab (netem links in a VM) with three links a
 test-bpf-lts: generate ## the BPF programs' in-kernel tests on the lab VM's Debian LTS kernel (6.1)
 	./scripts/bpf-lts-test.sh
 
+deb: generate ## build the Debian package: dist/aggd_<version>_<arch>.deb (static binary, units, examples)
+	./scripts/build-deb.sh
+
+test-package: generate ## build the Debian package, install it with dpkg, check it, remove it (needs root)
+	./scripts/test-package.sh
+
 lab: build ## run the lab's scenario suite (netem in a VM, ~14 min); results in results/lab/
 	test/vm/lab suite
 
@@ -72,5 +78,5 @@ lint: generate ## gofmt, go vet, golangci-lint
 	$(GOBIN)/golangci-lint run $(PKGS)
 
 clean: ## remove build outputs and generated BPF objects
-	rm -rf bin results
+	rm -rf bin results dist
 	find internal/bpf \( -name '*_bpfe[lb].go' -o -name '*_bpfe[lb].o' -o -name '*_bpfe[lb]_test.go' -o -name '*_bpfe[lb]_test.o' \) -delete

@@ -37,6 +37,20 @@ func TestIPv6OnlyUplink(t *testing.T) {
 	}
 }
 
+// An IPv6-only uplink follows its interface's address as an IPv4 one does (an LTE
+// re-attach with a new prefix, a privacy address rotating): the CPE re-binds the
+// uplink's socket to the new IPv6 address within the session.
+func TestIPv6UplinkAddressChangeKeepsSession(t *testing.T) {
+	n := buildTopologyWith(t, "a7", topologyOptions{shaped: true, ipv6Uplink: 3})
+	b := startBondWith(t, n, bondOptions{
+		listen: "[::]:4242",
+		uplink: map[int]string{3: `    endpoint: "[` + headendIPv6 + `]:4242"` + "\n"},
+	})
+	n.Run("cpe", "ip", "-6", "addr", "add", "2001:db8:98:3::3/64", "dev", "up3", "nodad")
+	n.Run("cpe", "ip", "-6", "addr", "del", "2001:db8:98:3::2/64", "dev", "up3")
+	b.followsNewAddress(t, n, "[2001:db8:98:3::3]:")
+}
+
 // udp6Out is a namespace's count of UDP datagrams sent over IPv6 (Udp6OutDatagrams).
 func udp6Out(t *testing.T, n interface {
 	Run(ns string, args ...string) string

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aggd/aggd/internal/testnet"
 )
 
 // The CPE watches its uplinks with netlink: an uplink whose interface goes down leaves
@@ -73,12 +75,20 @@ func TestUplinkAddressChangeKeepsSession(t *testing.T) {
 	n.Run("cpe", "ip", "addr", "add", "10.98.3.3/24", "dev", "up3")
 	n.Run("cpe", "ip", "route", "replace", headendIP+"/32", "via", "10.98.3.1", "dev", "up3", "metric", "103")
 
+	b.followsNewAddress(t, n, "10.98.3.3:")
+}
+
+// followsNewAddress waits for up3 to be up on both sides again with the headend
+// following it to its new address (newAddr as the headend logs it, e.g. "10.98.3.3:"),
+// then checks that it carries a TCP flow and that both sides kept their one session.
+func (b *bond) followsNewAddress(t *testing.T, n *testnet.Net, newAddr string) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for b.linksUp("cpe", "headend") < len(uplinkRates) || b.linksUp("hub", "cpe1") < len(uplinkRates) ||
-		logCount(filepath.Join(b.dir, "hub.log"), "peer address changed", "10.98.3.3:") == 0 {
+		logCount(filepath.Join(b.dir, "hub.log"), "peer address changed", newAddr) == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("up3 not back on 10.98.3.3 within 20 s: cpe links up %d, headend links up %d",
-				b.linksUp("cpe", "headend"), b.linksUp("hub", "cpe1"))
+			t.Fatalf("up3 not back on %s within 20 s: cpe links up %d, headend links up %d",
+				newAddr, b.linksUp("cpe", "headend"), b.linksUp("hub", "cpe1"))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
