@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -99,7 +100,7 @@ func runDaemon(role string, args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "aggd: --no-bpf and --fast-path contradict each other; give one")
 		return 2
 	}
-	opts := daemon.Options{NoBPF: *noBPF, FastPath: *fastPath}
+	opts := daemon.Options{NoBPF: *noBPF, FastPath: *fastPath, ConfigPath: *path}
 
 	var err error
 	if role == "cpe" {
@@ -107,19 +108,51 @@ func runDaemon(role string, args []string, stderr io.Writer) int {
 		if lerr != nil {
 			return reportConfig(lerr, stderr)
 		}
-		err = daemon.RunCPE(ctx, cfg, opts, daemon.NewLogger(cfg.Log))
+		log := daemon.NewLogger(cfg.Log)
+		opts.Reload = reloadRequests(ctx, role, log)
+		err = daemon.RunCPE(ctx, cfg, opts, log)
 	} else {
 		cfg, lerr := config.LoadHeadend(*path)
 		if lerr != nil {
 			return reportConfig(lerr, stderr)
 		}
-		err = daemon.RunHeadend(ctx, cfg, opts, daemon.NewLogger(cfg.Log))
+		log := daemon.NewLogger(cfg.Log)
+		opts.Reload = reloadRequests(ctx, role, log)
+		err = daemon.RunHeadend(ctx, cfg, opts, log)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "aggd %s: %v\n", role, err)
 		return 1
 	}
 	return 0
+}
+
+// reloadRequests turns SIGHUP into reload requests for the headend, which applies its
+// config's peers without a restart. The CPE has nothing to reload: it says so instead
+// of dying, SIGHUP's default.
+func reloadRequests(ctx context.Context, role string, log *slog.Logger) <-chan struct{} {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	out := make(chan struct{}, 1)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			if role != "headend" {
+				log.Warn("SIGHUP ignored: the CPE reads its config only at start; restart it (systemctl restart aggd-cpe) to apply changes")
+				continue
+			}
+			select {
+			case out <- struct{}{}:
+			default: // one already pending: it will read the newest file
+			}
+		}
+	}()
+	return out
 }
 
 func checkConfig(args []string, stdout, stderr io.Writer) int {

@@ -23,6 +23,10 @@ import (
 type Options struct {
 	NoBPF    bool
 	FastPath bool // turn the kernel fast path on whatever bpf.fast_path says
+	// Reload receives a value for each reload request (SIGHUP); ConfigPath is the file
+	// to read again then. The headend applies its peers[] (reload.go).
+	Reload     <-chan struct{}
+	ConfigPath string
 }
 
 // NewLogger builds the daemon's structured logger from the config.
@@ -145,13 +149,11 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	if err != nil {
 		return err
 	}
-	var peers []tunnel.Peer
-	for _, p := range cfg.Peers {
-		prefixes := append(append([]netip.Prefix{}, p.TunnelAddress...), p.Routes...)
-		if err := netcfg.AddRoutes(dev.Name(), prefixes, 0); err != nil {
+	peers := headendPeers(cfg.Peers)
+	for _, p := range peers {
+		if err := netcfg.AddRoutes(dev.Name(), p.Prefixes, 0); err != nil {
 			return err
 		}
-		peers = append(peers, tunnel.Peer{Name: p.Name, Key: handshake.PublicKey(p.PublicKey), Prefixes: prefixes})
 	}
 	if cfg.NAT.Enabled {
 		rule := nat.Masquerade{InIface: dev.Name(), NotOutIface: dev.Name()}
@@ -184,7 +186,11 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 		return err
 	}
 	log.Info("headend running", "tunnel", dev.Name(), "mtu", mtu, "listen", cfg.Listen, "peers", len(peers))
-	return he.Run(ctx)
+	reloads := make(chan struct{})
+	go func() { defer close(reloads); reloadPeersOnRequest(ctx, log, opts, cfg, he, dev.Name()) }()
+	err = he.Run(ctx) // returns once ctx is done
+	<-reloads         // a reload under way finishes before the deferred undo
+	return err
 }
 
 // tryFastPath starts the kernel forwarding path behind the XDP shield. It is only

@@ -63,6 +63,23 @@ func AddRoutes(name string, prefixes []netip.Prefix, metric int) error {
 	return nil
 }
 
+// DelRoutes removes routes AddRoutes installed into interface name (with that metric);
+// a route already gone is not an error.
+func DelRoutes(name string, prefixes []netip.Prefix, metric int) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("netcfg: find %s: %w", name, err)
+	}
+	var errs []error
+	for _, p := range prefixes {
+		r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: prefixToIPNet(p), Priority: metric, Protocol: RouteProtocol, Scope: netlink.SCOPE_LINK}
+		if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("netcfg: delete route %s via %s: %w", p, name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // AddGatewayRoute routes dst through gw on dev with the given metric. It is used for the
 // route from each uplink to the headend, so that a socket bound to that uplink finds a
 // route even when the uplink's own default route is missing.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aggd/aggd/internal/auth"
@@ -45,12 +46,13 @@ type Headend struct {
 	mac  auth.Key
 	hsRL tokenBucket
 
-	routes prefixTable // inner destination -> peer name
+	// peers is who may connect and where their prefixes are: replaced whole by
+	// SetPeers (a config reload) while the read loops use it.
+	peers atomic.Pointer[peerSet]
 
-	mu        sync.RWMutex
-	byIndex   map[uint32]*Session
-	byPeer    map[string]*Session // peer name -> current session
-	peerByKey map[handshake.PublicKey]*Peer
+	mu      sync.RWMutex
+	byIndex map[uint32]*Session
+	byPeer  map[string]*Session // peer name -> current session
 }
 
 // NewHeadend binds the listening socket.
@@ -61,21 +63,13 @@ func NewHeadend(cfg HeadendConfig, tun Packet, m *metrics.Set, log *slog.Logger)
 	}
 	h := &Headend{
 		cfg: cfg, tun: tun, m: m, log: log.With("role", "headend"), conn: conn,
-		mac:       auth.MacKey(cfg.Local.Public()),
-		byIndex:   make(map[uint32]*Session),
-		byPeer:    make(map[string]*Session),
-		peerByKey: make(map[handshake.PublicKey]*Peer),
+		mac:     auth.MacKey(cfg.Local.Public()),
+		byIndex: make(map[uint32]*Session),
+		byPeer:  make(map[string]*Session),
 	}
-	keys := make([]handshake.PublicKey, 0, len(cfg.Peers))
-	for i := range cfg.Peers {
-		p := &cfg.Peers[i]
-		h.peerByKey[p.Key] = p
-		keys = append(keys, p.Key)
-		for _, pfx := range p.Prefixes {
-			h.routes.add(pfx, p.Name)
-		}
-	}
-	h.resp = handshake.NewResponder(cfg.Local, keys)
+	ps := newPeerSet(cfg.Peers)
+	h.peers.Store(ps)
+	h.resp = handshake.NewResponder(cfg.Local, ps.keys())
 	rate := cfg.HandshakesPerSecond
 	if rate <= 0 {
 		rate = 100
@@ -124,7 +118,7 @@ func (h *Headend) route(buf []byte) bool {
 	if !ok {
 		return false
 	}
-	name, ok := h.routes.lookup(dst)
+	name, ok := h.peers.Load().routes.lookup(dst)
 	if !ok {
 		return false
 	}
@@ -189,13 +183,17 @@ func (h *Headend) onInit(hdr *wire.Header, pkt []byte, from netip.AddrPort) {
 		h.drop(wire.ReasonHandshakeFailed)
 		return
 	}
-	peer := h.peerByKey[peerKey]
+	peer := h.peers.Load().byKey[peerKey]
 	if peer == nil { // allowed by the responder but no longer configured
 		h.drop(wire.ReasonHandshakeFailed)
 		return
 	}
 	gen := &keyGen{id: hdr.KeyID, send: auth.Key(keys.Send), recv: auth.Key(keys.Recv), created: time.Now()}
 	s := h.sessionFor(peer, body.SenderIndex)
+	if s == nil { // removed or changed by a reload since the lookup above
+		h.drop(wire.ReasonHandshakeFailed)
+		return
+	}
 	s.installKeys(gen, false)
 
 	reply := wire.HandshakeBody{SenderIndex: s.localIndex, Noise: msg2}.Append(nil)
@@ -215,10 +213,14 @@ func (h *Headend) onInit(hdr *wire.Header, pkt []byte, from netip.AddrPort) {
 }
 
 // sessionFor returns the peer's session for the CPE's index, replacing an older one
-// (the CPE restarted) or creating the first.
+// (the CPE restarted) or creating the first; nil if peer is no longer the configured
+// one (SetPeers ran since it was looked up).
 func (h *Headend) sessionFor(peer *Peer, cpeIndex uint32) *Session {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.peers.Load().byName[peer.Name] != peer {
+		return nil
+	}
 	if s := h.byPeer[peer.Name]; s != nil && s.peerIndex.Load() == cpeIndex {
 		return s
 	}
