@@ -97,6 +97,11 @@ const (
 	// drainSpan is the queue above the target at which the rate is halved: the rate
 	// drops linearly from the capacity at the target to half of it at target+drainSpan.
 	drainSpan = 100 * time.Millisecond
+	// idleStartupCeiling bounds the doubling of an unmeasured link's assumed rate while
+	// it carries nothing and the bond queues elsewhere: enough for the scheduler to try
+	// it (it then measures by its traffic), not so much that a link nothing ever uses
+	// (a backup) looks like a fast one.
+	idleStartupCeiling = 64 * StartRate
 	// aloneQueue is how far a link's standing queue must stand above the target and
 	// the other links' queues (beyond its jitter and one packet's time) for its delivery
 	// to count as its capacity whatever it was given (queuesAlone).
@@ -150,6 +155,16 @@ type Sample struct {
 	// Jitter is the link's usual spread of one-way delay within a period (smoothed),
 	// which a queue must exceed before it counts against the link.
 	Jitter time.Duration
+	// BondLoaded: every link that carried data in the period was given about all its
+	// assumed rate (Loaded), so the sender offered the bond all it would take. With
+	// a link's rate a configured cap, or the bond's excess waiting at its entry, the
+	// links need not queue for the sender to want more.
+	BondLoaded bool
+}
+
+// Loaded tells whether a link was given about all of rate (bits/s) in the sample.
+func (s Sample) Loaded(rate float64) bool {
+	return s.Interval > 0 && float64(s.Sent)*8/s.Interval.Seconds() >= loadedFrac*rate
 }
 
 // Phase names what the controller did with the last sample (for metrics and logs).
@@ -363,7 +378,21 @@ func (e *Estimator) Update(s Sample) {
 		// Application-limited: the link's limit was not reached, so keep what we know.
 		e.phase = PhaseIdle
 		e.liftCapacity(delivered)
-		if e.kf.valid() {
+		switch {
+		case e.startup && (e.bondQueueing(s) || s.BondLoaded) && e.queue <= relativeQueue:
+			// Unmeasured, unused, and the sender wants more than the links it uses
+			// carry: double the assumed rate anyway, or the link never gets the
+			// traffic its startup needs. A link starts at StartRate, and the
+			// earliest-arrival scheduler gives a 0.25 Mbit/s link a packet only when
+			// the others' queues are 48 ms long. A link too fast for its probe train
+			// (the daemon cannot send the probes faster than it passes them) next to
+			// one with a configured 30 Mbit/s carried nothing while the TCP flow ran
+			// on the 30 Mbit/s link alone (TestUnmeasurableFastLinkIsUsed); in CI a
+			// 60 Mbit/s link whose train failed carried 1 % of a flow for a whole
+			// test. idleStartupCeiling bounds this blind growth (a backup link stays
+			// unused for good); traffic takes over from there.
+			e.rate = math.Max(e.rate, math.Min(2*e.rate, idleStartupCeiling))
+		case e.kf.valid():
 			e.rate = math.Max(e.rate, math.Min(e.kf.x, e.rate*(1+recoverGain)))
 		}
 	}

@@ -420,3 +420,49 @@ func TestOvershotStartupComesBackOnAQueue(t *testing.T) {
 			e.Rate()/1e6, capacity/1e6, e.Phase(), e.InStartup())
 	}
 }
+
+// An unmeasured link that carries nothing (its probe train failed, and at StartRate the
+// scheduler never picks it) grows its assumed rate while another link queues or every
+// used link is loaded, up to a ceiling, so that the scheduler tries it; otherwise (the
+// sender is the limit) it stays where it is, and a link with a measure does not grow
+// blindly.
+func TestIdleUnmeasuredLinkGrowsWhileTheBondQueues(t *testing.T) {
+	probesOnly := func(bondQueue time.Duration) Sample {
+		return Sample{Interval: time.Second, Delivered: 800, Packets: 10, Sent: 800, // the probes: 6.4 kbit/s
+			LeastQueue: 0, MostQueue: bondQueue}
+	}
+	e := New(Config{})
+	e.Update(probesOnly(0))
+	if e.Rate() != StartRate {
+		t.Fatalf("no other link queueing: rate %.0f, want it to stay at %.0f", e.Rate(), StartRate)
+	}
+	for i := 1; i <= 3; i++ {
+		e.Update(probesOnly(20 * time.Millisecond))
+		if want := StartRate * float64(int(1)<<i); e.Rate() != want || !e.InStartup() {
+			t.Fatalf("after %d idle samples with the bond queueing: rate %.0f (startup %v), want %.0f", i, e.Rate(), e.InStartup(), want)
+		}
+	}
+	for range 20 {
+		e.Update(probesOnly(20 * time.Millisecond))
+	}
+	if e.Rate() != idleStartupCeiling {
+		t.Errorf("blind growth reached %.0f, want the ceiling %.0f", e.Rate(), idleStartupCeiling)
+	}
+
+	// The same when no link queues but every used one takes all it is given (its rate
+	// a configured cap, the excess waiting at the bond's entry).
+	capped := New(Config{})
+	loaded := probesOnly(0)
+	loaded.BondLoaded = true
+	capped.Update(loaded)
+	if capped.Rate() != 2*StartRate {
+		t.Errorf("bond loaded, no queue: rate %.0f, want %.0f", capped.Rate(), 2*StartRate)
+	}
+
+	trained := New(Config{})
+	trained.Train(1e6)
+	trained.Update(probesOnly(20 * time.Millisecond))
+	if trained.Rate() != 1e6 {
+		t.Errorf("a link with a train's measure grew blindly to %.0f", trained.Rate())
+	}
+}

@@ -59,13 +59,15 @@ func feedbackRoutes(links []*link) []*link {
 	return routes
 }
 
+// period is one link's sample that a FEEDBACK completed.
+type period struct {
+	l   *link
+	smp estimate.Sample
+}
+
 // onFeedback hands each link its report, then the estimators their samples: together,
 // because each needs the least queue among all the links that carried traffic.
 func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackBody) {
-	type period struct {
-		l   *link
-		smp estimate.Sample
-	}
 	var periods []period
 	least, most := time.Duration(-1), time.Duration(0)
 	s.feedbackMu.Lock()
@@ -114,8 +116,9 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 			most = max(most, smp.Queue)
 		}
 	}
+	bondLoaded := bondLoaded(periods)
 	for _, p := range periods {
-		p.smp.LeastQueue, p.smp.MostQueue = max(least, 0), most
+		p.smp.LeastQueue, p.smp.MostQueue, p.smp.BondLoaded = max(least, 0), most, bondLoaded
 		p.l.estimate(p.smp)
 	}
 	// A report that shows a busy link's data stopped arriving acts now, not at the
@@ -128,4 +131,21 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 	s.bondQueue.Store(int64(max(least, 0)))
 	s.bondQueueGen.Add(1)
 	s.schedDue.Store(true)
+}
+
+// bondLoaded tells whether every link that carried data in these samples (at least
+// MinSamplePackets, more than probes) was given about all its assumed rate: the sender
+// offers the bond all the links it uses take (estimate.Sample.BondLoaded).
+func bondLoaded(periods []period) bool {
+	carried := 0
+	for _, p := range periods {
+		if p.smp.Packets < estimate.MinSamplePackets || p.smp.Sent*8 < uint64(estimate.StartRate*p.smp.Interval.Seconds()) {
+			continue // idle, or probes only
+		}
+		if !p.smp.Loaded(p.l.assumedRate()) {
+			return false
+		}
+		carried++
+	}
+	return carried > 0
 }

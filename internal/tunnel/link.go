@@ -524,6 +524,13 @@ func (l *link) estimate(smp estimate.Sample) {
 	}
 }
 
+// assumedRate is the rate the scheduler assumes for the link now, bits/s.
+func (l *link) assumedRate() float64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.est.Rate()
+}
+
 func round2(x float64) float64 { return float64(int64(x*100+0.5)) / 100 }
 
 // peerOWDFloor is the link's base one-way delay towards the peer, as the peer measures it.

@@ -50,13 +50,15 @@ const (
 	// the lower one.
 	irregularFrac = 2.0
 	// A short train whose spacings came out irregular, or as slow as our own sending,
-	// is sent again, up to maxTrainRetries times, trainRetryAfter after the last one:
-	// both are the hosts' timing (a busy peer reading in bursts, a sender descheduled
-	// within the train), which passes. Without a measure the link starts at
+	// is sent again, up to maxTrainRetries times, trainRetryAfter after the last one
+	// and twice as long after each further one: both are the hosts' timing (a busy peer
+	// reading in bursts, a sender descheduled within the train), which passes, though
+	// not always within a second (an e2e CPE's three trains failed on two links at the
+	// start, 0.6 s apart, all three times). Without a measure the link starts at
 	// estimate.StartRate and doubles per period from there: in the lab (3 × 1.5 Mbit/s,
 	// every link's train sent at once as the bond came up) about one train in four
 	// failed so, and the first transfer's first second then ran on one link or two.
-	maxTrainRetries = 2
+	maxTrainRetries = 4
 	trainRetryAfter = 500 * time.Millisecond
 )
 
@@ -181,7 +183,7 @@ func (l *link) retryTrain(now time.Time) bool {
 	defer l.mu.Unlock()
 	t := l.train
 	if t == nil || !t.done || (t.result != trainIrregular && t.result != trainPaced) || !l.est.InStartup() ||
-		l.trainRetries >= maxTrainRetries || now.Sub(t.sent) < trainRetryAfter {
+		l.trainRetries >= maxTrainRetries || now.Sub(t.sent) < trainRetryAfter<<l.trainRetries {
 		return false
 	}
 	l.trainRetries++

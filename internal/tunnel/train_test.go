@@ -124,11 +124,12 @@ func TestIrregularTrainIsRetried(t *testing.T) {
 	}
 	for i := range maxTrainRetries {
 		irregular()
-		if l.retryTrain(sent.Add(trainRetryAfter / 2)) {
-			t.Fatalf("retry %d before trainRetryAfter", i+1)
+		wait := trainRetryAfter << i // each retry waits twice as long as the one before
+		if l.retryTrain(sent.Add(wait - time.Millisecond)) {
+			t.Fatalf("retry %d before %s", i+1, wait)
 		}
-		if !l.retryTrain(sent.Add(trainRetryAfter)) {
-			t.Fatalf("no retry %d after an irregular train", i+1)
+		if !l.retryTrain(sent.Add(wait)) {
+			t.Fatalf("no retry %d %s after an irregular train", i+1, wait)
 		}
 		if l.train != nil {
 			t.Fatal("the retry left the old train in place: sendTrain would refuse a short one")
@@ -153,5 +154,29 @@ func TestIrregularTrainIsRetried(t *testing.T) {
 	l.settleTrain()
 	if l.retryTrain(sent.Add(time.Minute)) {
 		t.Error("a train that measured the link is sent again")
+	}
+}
+
+// The bond is loaded when every link that carried data was given about all its rate;
+// idle links and probe trickles do not count, and nothing carried is not loaded.
+func TestBondLoaded(t *testing.T) {
+	mk := func(rate float64) *link {
+		l := &link{log: discard, est: estimate.New(estimate.Config{Prior: rate})}
+		return l
+	}
+	busy, trickle, idle := mk(30e6), mk(60e6), mk(10e6)
+	sample := func(bps float64, packets uint32) estimate.Sample {
+		return estimate.Sample{Interval: 100 * time.Millisecond, Sent: uint64(bps / 8 / 10), Packets: packets}
+	}
+	full := []period{{busy, sample(29e6, 240)}, {trickle, sample(60e3, 5)}, {idle, sample(0, 0)}}
+	if !bondLoaded(full) {
+		t.Error("a link at its rate beside a trickle and an idle one: not loaded")
+	}
+	half := []period{{busy, sample(29e6, 240)}, {trickle, sample(20e6, 160)}}
+	if bondLoaded(half) {
+		t.Error("a link given a third of its rate: loaded")
+	}
+	if bondLoaded([]period{{idle, sample(0, 0)}}) {
+		t.Error("nothing carried: loaded")
 	}
 }

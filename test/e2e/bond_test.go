@@ -195,3 +195,29 @@ func linkIndex(t testing.TB, label string) int {
 	t.Fatalf("link label %q is neither upK nor linkK", label)
 	return 0
 }
+
+// A link too fast for a probe train to measure (the daemon cannot send the train's
+// probes faster than the link passes them: a fibre line, an unshaped veth) starts at
+// the estimator's StartRate, 0.25 Mbit/s. Next to a link whose rate is known (here a
+// configured 30 Mbit/s), the scheduler then had no reason ever to give it a packet, and
+// without traffic it never left its startup: a TCP flow ran on the 30 Mbit/s link
+// alone. Such a link now grows while the bond queues elsewhere until the scheduler tries
+// it, and the flow uses it.
+func TestUnmeasurableFastLinkIsUsed(t *testing.T) {
+	n := buildTopology(t, "af", false)
+	n.Shape("cpe", "up2", "30mbit", 40)
+	n.Shape("hub", "hl2", "30mbit", 40)
+	b := startBondWith(t, n, bondOptions{noRates: true, uplink: map[int]string{2: "    rate_up: 30mbit\n    rate_down: 30mbit\n"}})
+	startIperfServer(t, n)
+	for _, dir := range []struct {
+		name    string
+		reverse bool
+	}{{"upstream", false}, {"downstream", true}} {
+		bps := iperf(t, n, 8, dir.reverse)
+		t.Logf("%s: %.1f Mbit/s", dir.name, bps/1e6)
+		if bps < 60e6 {
+			t.Errorf("%s: %.1f Mbit/s; the unshaped links were left unused next to the 30 Mbit/s one", dir.name, bps/1e6)
+		}
+	}
+	_ = b
+}
