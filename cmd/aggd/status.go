@@ -26,8 +26,9 @@ func showStatus(args []string, stdout, stderr io.Writer) int {
 	addr := fs.String("addr", "", "the daemon's metrics address, HOST:PORT (default "+config.DefaultMetricsListen+")")
 	interval := fs.Duration("interval", time.Second, "time between the two readings the current rates come from (0: no rates, one reading)")
 	watch := fs.Bool("watch", false, "print again every interval until interrupted")
+	peer := fs.String("peer", "", "show this peer alone (on a headend, one CPE by its name in peers[])")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: aggd status [--config FILE | --addr HOST:PORT] [--interval D] [--watch]\n\n"+
+		fmt.Fprintf(stderr, "Usage: aggd status [--config FILE | --addr HOST:PORT] [--peer NAME] [--interval D] [--watch]\n\n"+
 			"Shows each peer's links (health, RTT, queueing delay, loss, estimated capacity, the rate the\n"+
 			"scheduler assumes) and, from two readings --interval apart, what each link carries now.\n"+
 			"It reads the daemon's Prometheus endpoint, so metrics must be enabled.\n\n")
@@ -87,14 +88,34 @@ func showStatus(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, "\033[H\033[2J") // clear the terminal, as watch(1) does
 			fmt.Fprintf(stdout, "%s   every %s, Ctrl-C to stop\n", cur.At.Format("15:04:05"), *interval)
 		}
-		if err := status.Render(stdout, earlier, cur); err != nil {
+		shown, err := onlyPeer(cur, *peer)
+		switch {
+		case err != nil && *watch:
+			fmt.Fprintln(stdout, err) // the CPE may be reconnecting: keep watching
+		case err != nil:
+			fmt.Fprintf(stderr, "aggd status: %v\n", err)
 			return 1
+		default:
+			if earlier != nil && *peer != "" {
+				earlier, _ = onlyPeer(earlier, *peer) // nil if it had no session then: no rates
+			}
+			if err := status.Render(stdout, earlier, shown); err != nil {
+				return 1
+			}
 		}
 		if !*watch {
 			return 0
 		}
 		prev = cur
 	}
+}
+
+// onlyPeer narrows a reading to one peer when --peer names one.
+func onlyPeer(s *status.Snapshot, name string) (*status.Snapshot, error) {
+	if name == "" {
+		return s, nil
+	}
+	return s.OnlyPeer(name)
 }
 
 // statusAddr picks the metrics address: --addr, else the config's metrics.listen,

@@ -3,10 +3,15 @@ package main
 import (
 	"bytes"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/aggd/aggd/internal/metrics"
 )
 
 func TestStatusRefusesBadArguments(t *testing.T) {
@@ -65,5 +70,33 @@ func TestStatusWithMetricsDisabledInTheConfig(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "metrics.enabled: false") {
 		t.Errorf("message does not name the setting: %s", errOut.String())
+	}
+}
+
+// On a headend with many CPEs, --peer shows one; a name without a session is an error
+// that lists the peers there are.
+func TestStatusShowsOnePeer(t *testing.T) {
+	m := metrics.New()
+	for _, p := range []string{"shop-berlin", "shop-paris"} {
+		m.LinkUp.WithLabelValues(p, "link0").Set(1)
+		m.LinkInfo.WithLabelValues(p, "link0", "dsl").Set(1)
+	}
+	srv := httptest.NewServer(promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	var out, errOut bytes.Buffer
+	if code := run([]string{"status", "--addr", addr, "--interval", "0", "--peer", "shop-paris"}, nil, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "peer shop-paris") || strings.Contains(out.String(), "shop-berlin") {
+		t.Errorf("--peer shop-paris printed:\n%s", out.String())
+	}
+	out.Reset()
+	if code := run([]string{"status", "--addr", addr, "--interval", "0", "--peer", "shop-rome"}, nil, &out, &errOut); code != 1 {
+		t.Fatalf("an unknown peer: exit %d, want 1", code)
+	}
+	if msg := errOut.String(); !strings.Contains(msg, `"shop-rome"`) || !strings.Contains(msg, "shop-berlin, shop-paris") {
+		t.Errorf("an unknown peer says: %s", msg)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -91,6 +92,25 @@ func (s *Snapshot) Peer(name string) *Peer {
 		}
 	}
 	return nil
+}
+
+// OnlyPeer returns a copy of s that shows the named peer alone (a headend's operator
+// looking at one CPE among many), or an error that lists the peers there are.
+func (s *Snapshot) OnlyPeer(name string) (*Snapshot, error) {
+	p := s.Peer(name)
+	if p == nil {
+		names := make([]string, 0, len(s.Peers))
+		for _, q := range s.Peers {
+			names = append(names, q.Name)
+		}
+		if len(names) == 0 {
+			return nil, fmt.Errorf("no session with peer %q now, nor with any other", name)
+		}
+		return nil, fmt.Errorf("no session with peer %q now; peers with a session: %s", name, strings.Join(names, ", "))
+	}
+	only := *s
+	only.Peers = []*Peer{p}
+	return &only, nil
 }
 
 // Link returns the named link of the peer, or nil.
