@@ -225,13 +225,8 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	if (aggd_parse_eth(&c, &proto) < 0 || proto != bpf_htons(ETH_P_IP))
 		return TC_ACT_OK;
 	l2 = c.pos - (void *)(long)skb->data;
-	ip = aggd_parse_ipv4(&c);
-	if (!ip || ip->protocol != IPPROTO_UDP || aggd_ipv4_is_later_fragment(ip))
+	if (aggd_parse_ipv4_udp_to(&c, tunnel_port, &ip, &udp) < 0)
 		return TC_ACT_OK;
-	udp = c.pos;
-	if ((void *)(udp + 1) > c.end || udp->dest != bpf_htons(tunnel_port))
-		return TC_ACT_OK;
-	c.pos = udp + 1;
 
 	/* --- 2. A whole, valid header; DATA only. --- */
 	if (aggd_locate_hdr(&c, ip, udp, &hdr, &body_len) != AGGD_REASON_NONE || !hdr ||

@@ -155,15 +155,7 @@ static __always_inline int shield_locate(struct aggd_cursor *c, struct aggd_hdr 
 	if (aggd_parse_eth(c, &proto) < 0)
 		return -1;
 	if (proto == bpf_htons(ETH_P_IP)) {
-		ip = aggd_parse_ipv4(c);
-		if (!ip || ip->protocol != IPPROTO_UDP)
-			return -1;
-		/* A later fragment has no UDP header, so no port to match; the
-		 * first fragment was checked, reassembly is the stack's job. */
-		if (aggd_ipv4_is_later_fragment(ip))
-			return -1;
-		udp = aggd_parse_udp_to(c, tunnel_port);
-		if (!udp)
+		if (aggd_parse_ipv4_udp_to(c, tunnel_port, &ip, &udp) < 0)
 			return -1;
 		*reason = aggd_locate_hdr(c, ip, udp, hdr, body_len);
 		return 0;

@@ -173,6 +173,27 @@ static __always_inline int aggd_ipv4_is_later_fragment(const struct aggd_ipv4_hd
 	return (ip->frag_off & bpf_htons(AGGD_IP_OFFSET)) != 0;
 }
 
+/*
+ * Check and skip an IPv4 header and a UDP header aimed at port: the tunnel
+ * traffic the shield and the receive program judge. Returns 0 with both
+ * headers stored, or -1 for anything else: not IPv4 UDP to port, or a later
+ * fragment (no UDP header, so no port to match; the first fragment was
+ * checked, reassembly is the stack's job).
+ */
+static __always_inline int aggd_parse_ipv4_udp_to(struct aggd_cursor *c, __u16 port,
+						  struct aggd_ipv4_hdr **ipp, struct aggd_udp_hdr **udpp)
+{
+	struct aggd_ipv4_hdr *ip = aggd_parse_ipv4(c);
+
+	if (!ip || ip->protocol != IPPROTO_UDP || aggd_ipv4_is_later_fragment(ip))
+		return -1;
+	*udpp = aggd_parse_udp_to(c, port);
+	if (!*udpp)
+		return -1;
+	*ipp = ip;
+	return 0;
+}
+
 static __always_inline int aggd_ipv4_more_fragments(const struct aggd_ipv4_hdr *ip)
 {
 	return (ip->frag_off & bpf_htons(AGGD_IP_MF)) != 0;

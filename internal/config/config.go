@@ -21,6 +21,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/aggd/aggd/internal/wire"
 )
 
 // Options control how a config is checked.
@@ -251,14 +253,10 @@ func (c *collector) checkInterface(path, name string, exists func(string) bool) 
 	}
 }
 
-// nameRE is what uplink and peer names may look like: they appear in logs, metric
-// labels and commands, so keep them short and plain.
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$`)
-
 func (c *collector) checkName(path, name string) {
 	if name == "" {
 		c.add(path, "missing; give it a short name such as \"dsl\"")
-	} else if !nameRE.MatchString(name) {
+	} else if !wire.ValidName(name) { // uplink names travel in LINK_NAMES: the wire's rule
 		c.add(path, "%q is not a valid name; use up to 32 letters, digits, '-', '_' or '.', e.g. \"dsl\"", name)
 	}
 }

@@ -80,9 +80,9 @@ func uplinkPath(ctx context.Context, i int, u config.Uplink, headend config.Endp
 			return netip.Addr{}, netip.AddrPort{}, err
 		}
 	}
-	network := "ip4"
+	network, version := "ip4", "IPv4"
 	if src.Is6() {
-		network = "ip6"
+		network, version = "ip6", "IPv6"
 	}
 	if isLiteral {
 		if literal.Is4() != src.Is4() {
@@ -94,7 +94,7 @@ func uplinkPath(ctx context.Context, i int, u config.Uplink, headend config.Endp
 	addrs, err := net.DefaultResolver.LookupNetIP(ctx, network, e.Host)
 	if err != nil || len(addrs) == 0 {
 		return netip.Addr{}, netip.AddrPort{}, fmt.Errorf("%s: cannot resolve %q to an %s address for source %s: %v "+
-			"(fix DNS, or write the headend's address)", key, e.Host, map[string]string{"ip4": "IPv4", "ip6": "IPv6"}[network], src, err)
+			"(fix DNS, or write the headend's address)", key, e.Host, version, src, err)
 	}
 	return src, netip.AddrPortFrom(addrs[0].Unmap(), e.Port), nil
 }

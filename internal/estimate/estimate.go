@@ -310,7 +310,7 @@ func (e *Estimator) Update(s Sample) {
 	//
 	// Unless the link queues alone (queuesAlone): then what it delivered is all it has
 	// now, however little we gave it.
-	appLimited := sent < loadedFrac*e.given() && delivered >= policedFrac*sent && !e.queuesAlone(s) ||
+	appLimited := !s.Loaded(e.given()) && delivered >= policedFrac*sent && !e.queuesAlone(s) ||
 		e.trained && sent < tinyFrac*e.kf.x
 	switch {
 	case saturated && appLimited:
@@ -343,7 +343,7 @@ func (e *Estimator) Update(s Sample) {
 		if e.kf.valid() {
 			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue)))
 		}
-	case sent >= loadedFrac*e.rate && delivered < policedFrac*sent:
+	case s.Loaded(e.rate) && delivered < policedFrac*sent:
 		// Loaded, no queue, yet much of it vanished, two periods running: a policer (or
 		// a shallow buffer) that drops instead of queueing. What got through is the
 		// capacity. (One such period can be an artefact of where the period cut.)
@@ -353,7 +353,7 @@ func (e *Estimator) Update(s Sample) {
 			e.rate = e.kf.x
 		}
 		policed = true
-	case sent >= loadedFrac*e.rate || !e.startup && e.hasRoom(s) && sent >= busyFrac*e.rate:
+	case s.Loaded(e.rate) || !e.startup && e.hasRoom(s) && sent >= busyFrac*e.rate:
 		// It took what it was given without queueing: it has room, or at least this.
 		// (While another link queues, the sender is held back by that link, so this one
 		// is given less than its rate; it still has room, and must grow to take over.)

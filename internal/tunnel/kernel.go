@@ -18,6 +18,9 @@ import (
 // offers the kernel the ordering (which it starts without), and the transmit side is
 // not programmed, or is switched off if it was.
 
+// barLinksUnknown is why the kernel waits at a session's start.
+const barLinksUnknown = "the peer's links are not known yet"
+
 // setLinkIDs records every link the session has (ids in any order).
 func (s *Session) setLinkIDs(ids []uint8) {
 	ids = slices.Clone(ids)
@@ -52,7 +55,7 @@ func (s *Session) checkKernel() {
 func (s *Session) kernelBarReason() (reason string, ipv6 bool) {
 	ids := s.linkIDs.Load()
 	if ids == nil {
-		return "the peer's links are not known yet", false
+		return barLinksUnknown, false
 	}
 	for _, id := range *ids {
 		l := s.link(id)
@@ -75,7 +78,7 @@ func (s *Session) kernelBarred() string {
 	if b := s.kernelBar.Load(); b != nil {
 		return *b
 	}
-	return "the peer's links are not known yet"
+	return barLinksUnknown
 }
 
 // kernelMayCarry reports whether the kernel may own the session's receive ordering.

@@ -179,7 +179,6 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 	l.est.SetPrior(l.prior())
 	l.setState(stateProbing)
 	s.links[spec.ID] = l
-	defer s.showLinkName(l) // under linksMu, the one order linksMu and linkNames.mu are taken in
 	ids := make([]uint8, 0, len(s.links))
 	for id := range s.links {
 		ids = append(ids, id)
@@ -188,6 +187,7 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 	s.reseq.SetLinks(ids)
 	s.rxMu.Unlock()
 	s.schedDue.Store(true)
+	s.showLinkName(l) // under linksMu, the one order linksMu and linkNames.mu are taken in
 	return l
 }
 

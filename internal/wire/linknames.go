@@ -8,7 +8,7 @@ import "encoding/binary"
 // name length (1) and the name (1 to MaxLinkNameLen bytes, as a config name: a letter
 // or digit, then letters, digits, '-', '_' or '.').
 
-// MaxLinkNameLen is the longest link name, as the config allows.
+// MaxLinkNameLen is the longest name ValidName accepts.
 const MaxLinkNameLen = 32
 
 // LinkName names one link.
@@ -28,7 +28,7 @@ type LinkNamesBody struct {
 func (b LinkNamesBody) Append(dst []byte) []byte {
 	dst = appendListHeader(dst, b.Counter, len(b.Links), MaxLinkParams, "link names")
 	for _, l := range b.Links {
-		if !validLinkName(l.Name) {
+		if !ValidName(l.Name) {
 			panic("wire: link name " + l.Name + " is not valid on the wire")
 		}
 		dst = append(dst, l.LinkID, uint8(len(l.Name)))
@@ -55,7 +55,7 @@ func ParseLinkNames(b []byte) (LinkNamesBody, error) {
 			return LinkNamesBody{}, errorf(ReasonBadLength, "%s body ends inside entry %d of %d", TypeLinkNames, i, n)
 		}
 		id, name := rest[0], string(rest[2:2+int(rest[1])])
-		if !validLinkName(name) {
+		if !ValidName(name) {
 			return LinkNamesBody{}, errorf(ReasonBadBody, "link %d's name %q is not a letter or digit and up to %d more letters, digits, '-', '_' or '.'", id, name, MaxLinkNameLen-1)
 		}
 		if seen[id] {
@@ -71,8 +71,11 @@ func ParseLinkNames(b []byte) (LinkNamesBody, error) {
 	return body, nil
 }
 
-// validLinkName reports whether s is a name a config may give a link.
-func validLinkName(s string) bool {
+// ValidName reports whether s is a name aggd accepts for a link (it travels in
+// LINK_NAMES) or a peer: 1 to MaxLinkNameLen bytes, a letter or digit first, then
+// letters, digits, '-', '_' or '.'. Such names appear in logs, metric labels and
+// commands, so they stay short and plain. The config checks its names with it.
+func ValidName(s string) bool {
 	if len(s) == 0 || len(s) > MaxLinkNameLen {
 		return false
 	}
