@@ -65,7 +65,7 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 		if u.Gateway.IsValid() {
 			// A route to the headend through this uplink's gateway, so the uplink's
 			// socket finds its way even when the uplink has no default route.
-			if err := netcfg.AddGatewayRoute(uplinks[i].Endpoint.Addr(), u.Gateway, u.Interface, 50+i); err != nil {
+			if err := netcfg.AddGatewayRoute(uplinks[i].Endpoint.Addr(), u.Gateway, u.Interface, gatewayRouteMetric(i)); err != nil {
 				return err
 			}
 		}
@@ -89,6 +89,7 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	}
 	session := sessionConfig("headend", cfg.Reorder, cfg.Probe, cfg.AQM)
 	var localPort uint16
+	var created func(string) // an uplink's interface created anew: its receive programs
 	if cfg.BPF.Enabled && !opts.NoBPF {
 		ifaces := make([]string, 0, len(uplinks))
 		for _, u := range uplinks {
@@ -100,11 +101,13 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 			defer sh.close()
 			session.Keys = sh.observer()
 			localPort = port
-			if fp := tryFastPath(log, fastPathOn, port, dev.Name(), mtu, sh, m, host.keep); fp != nil {
+			fp := tryFastPath(log, fastPathOn, port, dev.Name(), mtu, sh, m, host.keep)
+			if fp != nil {
 				defer fp.close()
 				session.FastPath = fp
 				session.Routes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
 			}
+			created = func(name string) { interfaceCreated(log, sh, fp, name) }
 		}
 	}
 	cpe, err := tunnel.NewCPE(tunnel.CPEConfig{
@@ -114,7 +117,11 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	if err != nil {
 		return err
 	}
-	if err := watchUplinks(ctx, log, m, cpe, cfg.Uplinks); err != nil {
+	headend := make([]netip.Addr, len(uplinks))
+	for i, u := range uplinks {
+		headend[i] = u.Endpoint.Addr()
+	}
+	if err := watchUplinks(ctx, log, m, cpe, cfg.Uplinks, headend, created); err != nil {
 		log.Warn("not watching the uplinks: a dead uplink leaves the bond only when its probes go unanswered, and an address change is not followed", "err", err)
 	}
 	if cfg.Fallback.Enabled {
@@ -173,10 +180,12 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 		if sh := startShield(log, cfg.Listen.Port(), shieldInterfaces(dev.Name()), m.Registry, host.keep.dir); sh != nil {
 			defer sh.close()
 			session.Keys = sh.observer()
-			if fp := tryFastPath(log, fastPathOn, cfg.Listen.Port(), dev.Name(), mtu, sh, m, host.keep); fp != nil {
+			fp := tryFastPath(log, fastPathOn, cfg.Listen.Port(), dev.Name(), mtu, sh, m, host.keep)
+			if fp != nil {
 				defer fp.close()
 				session.FastPath = fp
 			}
+			watchNewInterfaces(ctx, log, dev.Name(), func(name string) { interfaceCreated(log, sh, fp, name) })
 		}
 	}
 	he, err := tunnel.NewHeadend(tunnel.HeadendConfig{

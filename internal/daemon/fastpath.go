@@ -27,8 +27,12 @@ type fastPath struct {
 	tx      *bpf.Tx
 	rx      *bpf.Rx
 	mtu     int
-	attach  []bpf.TCAttachment
+	attach  []bpf.TCAttachment // the transmit program's
 	nexthop *nexthopCache
+	pins    string
+
+	rxMu     sync.Mutex
+	rxAttach map[string]bpf.TCAttachment // the receive program's, by interface name
 
 	mu      sync.Mutex
 	slots   [maxFastSessions]bool
@@ -63,7 +67,8 @@ func startFastPath(log *slog.Logger, port uint16, tunName string, mtu int, sh *s
 		return nil, fmt.Errorf("tunnel interface %s: %w", tunName, err)
 	}
 	rxIfaces := sh.interfaces()
-	f := &fastPath{log: log, mtu: mtu, nexthop: newNexthopCache(), open: make(map[uint32]bool), shield: sh.prog}
+	f := &fastPath{log: log, mtu: mtu, nexthop: newNexthopCache(), open: make(map[uint32]bool), shield: sh.prog,
+		pins: keep.dir, rxAttach: make(map[string]bpf.TCAttachment)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -99,18 +104,13 @@ func startFastPath(log *slog.Logger, port uint16, tunName string, mtu int, sh *s
 	f.attach = append(f.attach, a)
 	log.Info("fast path: transmit program attached", "interface", tunName, "mode", mode)
 	for _, name := range rxIfaces {
-		ifc, err := net.InterfaceByName(name)
-		if err != nil {
-			return nil, fmt.Errorf("uplink %s: %w", name, err)
+		if err := f.attachReceive(name); err != nil {
+			return nil, err
 		}
-		a, mode, err := bpf.AttachTCPinned(f.rx.Program(), ifc.Index, false, bpf.LinkPin(keep.dir, "tc_ingress", name))
-		if err != nil {
-			return nil, fmt.Errorf("%s ingress: %w", name, err)
-		}
-		f.attach = append(f.attach, a)
-		log.Info("fast path: receive program attached", "interface", name, "mode", mode)
 	}
-	f.steerReceive(log, append([]string{tunName}, rxIfaces...))
+	f.rps = make(map[string]string)
+	f.steerReceive(append([]string{tunName}, rxIfaces...))
+	log.Info("fast path: receive processing of the uplinks and the tunnel interface steered to CPU 0 (RPS), which keeps delivery in order")
 	reg.MustRegister(fastPathCollector{f})
 	ok = true
 	return f, nil
@@ -120,12 +120,19 @@ func (f *fastPath) close() {
 	if f == nil {
 		return
 	}
+	f.rxMu.Lock()
+	for _, a := range f.rxAttach {
+		f.attach = append(f.attach, a)
+	}
+	rps := f.rps
+	f.rxAttach, f.rps = nil, nil // closed: interfaceCreated attaches nothing more
+	f.rxMu.Unlock()
 	for _, a := range f.attach {
 		if err := a.Close(); err != nil {
 			f.log.Warn("fast path: detaching a program", "err", err)
 		}
 	}
-	netcfg.RestoreReceive(f.rps)
+	netcfg.RestoreReceive(rps)
 	f.csumMu.Lock()
 	for _, name := range f.csumOff {
 		if err := netcfg.EnableTxChecksum(name); err != nil {
@@ -142,6 +149,32 @@ func (f *fastPath) close() {
 	}
 }
 
+// attachReceive attaches the receive program to the ingress of the interface now named
+// name, in place of an attachment to an earlier interface of that name. Only behind
+// the shield: the program trusts its tag check.
+func (f *fastPath) attachReceive(name string) error {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return fmt.Errorf("uplink %s: %w", name, err)
+	}
+	f.rxMu.Lock()
+	defer f.rxMu.Unlock()
+	if f.rxAttach == nil {
+		return errors.New("fast path closed")
+	}
+	if old, ok := f.rxAttach[name]; ok {
+		_ = old.Close() // detached with its interface already; this frees it and its pin
+		delete(f.rxAttach, name)
+	}
+	a, mode, err := bpf.AttachTCPinned(f.rx.Program(), ifc.Index, false, bpf.LinkPin(f.pins, "tc_ingress", name))
+	if err != nil {
+		return fmt.Errorf("%s ingress: %w", name, err)
+	}
+	f.rxAttach[name] = a
+	f.log.Info("fast path: receive program attached", "interface", name, "index", ifc.Index, "mode", mode)
+	return nil
+}
+
 // steerReceive makes the kernel process everything the uplinks and agg0 receive on
 // one CPU (RPS). The receive program decides "deliver k" under a lock but delivers
 // after it; from two CPUs, k+1 could overtake k, and the daemon's writes into agg0
@@ -149,18 +182,38 @@ func (f *fastPath) close() {
 // CPU's backlog they keep the order they were decided in (the SPIN model's variant
 // "order-steered", docs/fastpath-ordering.md). The cost: the tunnel's receive work no
 // longer spreads over CPUs.
-func (f *fastPath) steerReceive(log *slog.Logger, ifaces []string) {
-	f.rps = make(map[string]string)
+func (f *fastPath) steerReceive(ifaces []string) {
+	f.rxMu.Lock()
+	defer f.rxMu.Unlock()
+	if f.rps == nil {
+		return // closed
+	}
 	for _, name := range ifaces {
 		prev, err := netcfg.SteerReceive(name, "1")
 		for k, v := range prev {
-			f.rps[k] = v
+			if _, seen := f.rps[k]; !seen { // keep the first value: the one to restore
+				f.rps[k] = v
+			}
 		}
 		if err != nil {
-			log.Warn("fast path: cannot steer receive processing to one CPU; packets may be delivered slightly out of order", "interface", name, "err", err)
+			f.log.Warn("fast path: cannot steer receive processing to one CPU; packets may be delivered slightly out of order", "interface", name, "err", err)
 		}
 	}
-	log.Info("fast path: receive processing of the uplinks and the tunnel interface steered to CPU 0 (RPS), which keeps delivery in order")
+}
+
+// interfaceCreated attaches the shield and, behind it, the receive program to an
+// interface that was created anew (or appeared after the start), and steers its
+// receive processing like the others'. The transmit side needs nothing: it looks the
+// uplink's interface up again within a second (nexthopCache).
+func interfaceCreated(log *slog.Logger, sh *shield, fp *fastPath, name string) {
+	if sh == nil || !sh.attachTo(name) || fp == nil {
+		return
+	}
+	if err := fp.attachReceive(name); err != nil {
+		log.Warn("fast path: receive program not attached; what arrives there goes through the daemon", "interface", name, "err", err)
+		return
+	}
+	fp.steerReceive([]string{name})
 }
 
 // OpenSession implements tunnel.FastPath.

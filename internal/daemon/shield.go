@@ -1,11 +1,16 @@
 package daemon
 
 import (
+	"context"
 	"log/slog"
 	"net"
+	"slices"
+	"sync"
 
 	"github.com/cilium/ebpf/link"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/aggd/aggd/internal/bpf"
 	"github.com/aggd/aggd/internal/tunnel"
@@ -15,10 +20,13 @@ import (
 // on. It drops malformed packets, unknown sessions and bad tags before the kernel
 // allocates an skb; the daemon keeps its session map current.
 type shield struct {
-	log    *slog.Logger
-	prog   *bpf.Shield
-	links  []link.Link
-	ifaces []string // where it is attached
+	log  *slog.Logger
+	prog *bpf.Shield
+	pins string
+
+	mu     sync.Mutex
+	links  map[string]link.Link // by interface name
+	ifaces []string             // where it is attached, in the order attached
 }
 
 // startShield loads and attaches the shield. Failing to do so is not fatal: the
@@ -33,32 +41,51 @@ func startShield(log *slog.Logger, port uint16, ifaces []string, reg *prometheus
 		log.Warn("XDP shield not loaded; the daemon checks every packet itself (slower under attack)", "err", err)
 		return nil
 	}
-	s := &shield{log: log, prog: prog}
+	s := &shield{log: log, prog: prog, pins: pins, links: make(map[string]link.Link)}
 	for _, name := range ifaces {
-		ifc, err := net.InterfaceByName(name)
-		if err != nil {
-			log.Warn("XDP shield: interface not found", "interface", name, "err", err)
+		if _, err := net.InterfaceByName(name); err != nil {
+			log.Warn("XDP shield: interface not found (attached when it appears)", "interface", name, "err", err)
 			continue
 		}
-		l, mode, err := prog.AttachPinned(ifc.Index, bpf.LinkPin(pins, "xdp", name))
-		if err != nil {
-			log.Warn("XDP shield not attached", "interface", name, "err", err)
-			continue
-		}
-		s.links = append(s.links, l)
-		s.ifaces = append(s.ifaces, name)
-		log.Info("XDP shield attached", "interface", name, "mode", mode)
-	}
-	if len(s.links) == 0 {
-		prog.Close()
-		return nil
+		s.attachTo(name)
 	}
 	reg.MustRegister(shieldCollector{prog: prog})
 	return s
 }
 
+// attachTo attaches the shield to the interface now named name, in place of an
+// attachment to an earlier interface of that name, and says whether it is attached.
+func (s *shield) attachTo(name string) bool {
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		s.log.Warn("XDP shield: interface not found", "interface", name, "err", err)
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.links[name]; ok {
+		_ = old.Close() // detached with its interface already; this frees it and its pin
+		delete(s.links, name)
+	}
+	l, mode, err := s.prog.AttachPinned(ifc.Index, bpf.LinkPin(s.pins, "xdp", name))
+	if err != nil {
+		s.log.Warn("XDP shield not attached", "interface", name, "err", err)
+		return false
+	}
+	s.links[name] = l
+	if !slices.Contains(s.ifaces, name) {
+		s.ifaces = append(s.ifaces, name)
+	}
+	s.log.Info("XDP shield attached", "interface", name, "index", ifc.Index, "mode", mode)
+	return true
+}
+
 // interfaces lists the interfaces the shield guards.
-func (s *shield) interfaces() []string { return s.ifaces }
+func (s *shield) interfaces() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ifaces)
+}
 
 // sessionKeys adapts the shield to the tunnel's key observer.
 func (s *shield) observer() tunnel.KeyObserver {
@@ -72,6 +99,8 @@ func (s *shield) close() {
 	if s == nil {
 		return
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, l := range s.links {
 		l.Close()
 	}
@@ -133,4 +162,37 @@ func shieldInterfaces(tunName string) []string {
 		out = append(out, i.Name)
 	}
 	return out
+}
+
+// watchNewInterfaces calls created for each interface that comes up after the start,
+// or comes back as a new interface of an old name, until ctx ends: on a headend,
+// tunnel traffic may arrive on any of them (shieldInterfaces). The CPE follows its
+// uplinks through netwatch instead (uplinkWatch).
+func watchNewInterfaces(ctx context.Context, log *slog.Logger, tunName string, created func(name string)) {
+	known := make(map[string]int)
+	for _, name := range shieldInterfaces(tunName) {
+		if ifc, err := net.InterfaceByName(name); err == nil {
+			known[name] = ifc.Index
+		}
+	}
+	updates := make(chan netlink.LinkUpdate, 16)
+	err := netlink.LinkSubscribeWithOptions(updates, ctx.Done(), netlink.LinkSubscribeOptions{
+		ErrorCallback: func(err error) { log.Warn("watching for new interfaces", "err", err) },
+	})
+	if err != nil {
+		log.Warn("not watching for new interfaces: the shield and the fast path cover only those up at start", "err", err)
+		return
+	}
+	go func() {
+		for u := range updates {
+			a := u.Attrs()
+			if u.Header.Type != unix.RTM_NEWLINK || a.Flags&net.FlagUp == 0 || a.Flags&net.FlagLoopback != 0 ||
+				a.Name == tunName || known[a.Name] == a.Index {
+				continue
+			}
+			known[a.Name] = a.Index
+			log.Info("interface up with a new index: attaching the receive programs", "interface", a.Name, "index", a.Index)
+			created(a.Name)
+		}
+	}()
 }

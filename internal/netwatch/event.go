@@ -1,7 +1,7 @@
 // Package netwatch watches network interfaces through rtnetlink and reports what changes
 // under the daemon (docs/architecture.md §6): an interface losing or regaining its
-// carrier, global addresses appearing and disappearing on it, and its default route
-// (gateway) coming, changing or going.
+// carrier, global addresses appearing and disappearing on it, its default route
+// (gateway) coming, changing or going, and the interface itself being created anew.
 //
 // Events are edge-triggered from the kernel's notifications and checked against the
 // state the watcher keeps, so that each change is reported once. If the notification
@@ -24,6 +24,11 @@ const (
 	AddressAdded                   // a global address appeared on the interface
 	AddressRemoved                 // a global address disappeared from it
 	RouteChanged                   // its default route appeared, changed gateway or went
+	// Created: the interface exists anew, with a new index: created after the watch
+	// began, or deleted and created again (a PPPoE reconnect makes a new ppp0, a modem
+	// reset a new wwan0). Sockets bound to it and programs attached to it were bound to
+	// the old one. Reported before the new interface's carrier and addresses.
+	Created
 )
 
 var kindNames = [...]string{
@@ -32,11 +37,12 @@ var kindNames = [...]string{
 	AddressAdded:   "address_added",
 	AddressRemoved: "address_removed",
 	RouteChanged:   "route_changed",
+	Created:        "created",
 }
 
 // String is the snake_case name, suitable as a metric label.
 func (k Kind) String() string {
-	if k >= CarrierLost && k <= RouteChanged {
+	if k >= CarrierLost && k <= Created {
 		return kindNames[k]
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))

@@ -65,13 +65,24 @@ func TestWatchVeth(t *testing.T) {
 	n.Run("a", "ip", "route", "del", "default")
 	ev.expect(Event{Interface: "wa", Kind: RouteChanged})
 
-	// An interface that appears later is watched from then on.
+	// An interface that appears later is watched from then on: created first, then
+	// its carrier.
 	n.Run("a", "ip", "link", "add", "absent0", "type", "veth", "peer", "name", "absent1")
+	ev.expect(Event{Interface: "absent0", Kind: Created})
 	n.Run("a", "ip", "link", "set", "absent1", "up")
 	n.Run("a", "ip", "link", "set", "absent0", "up")
 	ev.expect(Event{Interface: "absent0", Kind: CarrierBack})
 	n.Run("a", "ip", "link", "del", "absent0")
 	ev.expect(Event{Interface: "absent0", Kind: CarrierLost})
+
+	// Deleted and created again under the same name (a PPPoE reconnect's new ppp0):
+	// created again, with its address.
+	n.Run("a", "ip", "link", "del", "wa")
+	ev.expect(Event{Interface: "wa", Kind: CarrierLost})
+	n.Veth("a", "wa", "10.77.0.2/24", "b", "wb", "10.77.0.1/24")
+	ev.expect(Event{Interface: "wa", Kind: Created})
+	ev.expect(Event{Interface: "wa", Kind: AddressAdded, Address: netip.MustParsePrefix("10.77.0.2/24")})
+	ev.expect(Event{Interface: "wa", Kind: CarrierBack})
 
 	// Nothing about interfaces it does not watch, and no duplicates.
 	ev.none()
@@ -142,7 +153,7 @@ func waitClosed(t *testing.T, ch <-chan Event) {
 }
 
 func TestKindNames(t *testing.T) {
-	for k := CarrierLost; k <= RouteChanged; k++ {
+	for k := CarrierLost; k <= Created; k++ {
 		if s := k.String(); s == "" || s == fmt.Sprintf("kind(%d)", uint8(k)) {
 			t.Errorf("kind %d has no name", k)
 		}

@@ -57,6 +57,9 @@ func readState(h *netlink.Handle, name string) (*ifState, error) {
 // diff lists the events that turn old into cur, every one with the given cause.
 func diff(name string, old, cur *ifState, cause string) []Event {
 	var evs []Event
+	if cur.index != 0 && cur.index != old.index {
+		evs = append(evs, Event{Interface: name, Kind: Created, Cause: cause})
+	}
 	if old.carrier != cur.carrier {
 		evs = append(evs, carrierEvent(name, cur.carrier, cause))
 	}

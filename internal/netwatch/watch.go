@@ -148,7 +148,14 @@ func (w *Watcher) onLink(ctx context.Context, u netlink.LinkUpdate) {
 		w.replace(ctx, a.Name, newIfState(), "interface deleted")
 		return
 	}
-	st.index = a.Index
+	if st.index != a.Index {
+		cause := "interface created"
+		if st.index != 0 {
+			cause = fmt.Sprintf("interface index changed from %d to %d", st.index, a.Index)
+		}
+		st.index = a.Index
+		w.emit(ctx, Event{Interface: a.Name, Kind: Created, Cause: cause})
+	}
 	if c := hasCarrier(a); c != st.carrier {
 		st.carrier = c
 		w.emit(ctx, carrierEvent(a.Name, c, carrierCause(a)))

@@ -124,7 +124,7 @@ func (c *CPE) RebindUplink(id int, addr netip.Addr) error {
 	c.conns[id].swap(conn)
 	old.Close() // its read loop moves to the new socket
 	local := localAddrPort(conn)
-	c.log.Info("uplink re-bound to its new address", "link", u.Spec.Name, "from", from, "to", local)
+	c.log.Info("uplink re-bound", "link", u.Spec.Name, "from", from, "to", local)
 	if s := c.session.Load(); s != nil {
 		if l := s.link(u.Spec.ID); l != nil {
 			l.rebound.Store(&local)

@@ -112,23 +112,8 @@ func buildTopologyWith(t testing.TB, prefix string, opts topologyOptions) *testn
 	n.AddNS("lan", "cpe", "hub", "srv")
 	n.Veth("lan", "eth0", lanHost+"/24", "cpe", "lan0", "10.99.0.1/24")
 	n.Run("lan", "ip", "route", "add", "default", "via", "10.99.0.1")
-	for i, rate := range uplinkRates {
-		k := i + 1
-		up, hl := fmt.Sprintf("up%d", k), fmt.Sprintf("hl%d", k)
-		if k == opts.ipv6Uplink {
-			n.Veth("cpe", up, "", "hub", hl, "")
-			n.Run("cpe", "ip", "-6", "addr", "add", fmt.Sprintf("2001:db8:98:%d::2/64", k), "dev", up, "nodad")
-			n.Run("hub", "ip", "-6", "addr", "add", fmt.Sprintf("2001:db8:98:%d::1/64", k), "dev", hl, "nodad")
-			n.Run("cpe", "ip", "-6", "route", "add", headendIPv6+"/128", "via", fmt.Sprintf("2001:db8:98:%d::1", k), "dev", up)
-		} else {
-			n.Veth("cpe", up, fmt.Sprintf("10.98.%d.2/24", k), "hub", hl, fmt.Sprintf("10.98.%d.1/24", k))
-			n.Run("cpe", "ip", "route", "add", headendIP+"/32", "via", fmt.Sprintf("10.98.%d.1", k),
-				"dev", up, "metric", strconv.Itoa(100+k))
-		}
-		if opts.shaped {
-			n.Shape("cpe", up, fmt.Sprintf("%dmbit", rate), 40)
-			n.Shape("hub", hl, fmt.Sprintf("%dmbit", rate), 40)
-		}
+	for i := range uplinkRates {
+		addUplink(n, i+1, opts)
 	}
 	n.Run("hub", "ip", "addr", "add", headendIP+"/32", "dev", "lo")
 	if opts.ipv6Uplink != 0 {
@@ -136,6 +121,28 @@ func buildTopologyWith(t testing.TB, prefix string, opts topologyOptions) *testn
 	}
 	n.Veth("hub", "wan0", "10.97.0.1/24", "srv", "eth0", server+"/24")
 	return n
+}
+
+// addUplink creates uplink k (from 1) as a veth pair, up<k> in the CPE and hl<k> in the
+// headend, with its addresses, the CPE's route to the headend over it and, if shaped,
+// its rate uplinkRates[k-1] at both ends.
+func addUplink(n *testnet.Net, k int, opts topologyOptions) {
+	up, hl := fmt.Sprintf("up%d", k), fmt.Sprintf("hl%d", k)
+	if k == opts.ipv6Uplink {
+		n.Veth("cpe", up, "", "hub", hl, "")
+		n.Run("cpe", "ip", "-6", "addr", "add", fmt.Sprintf("2001:db8:98:%d::2/64", k), "dev", up, "nodad")
+		n.Run("hub", "ip", "-6", "addr", "add", fmt.Sprintf("2001:db8:98:%d::1/64", k), "dev", hl, "nodad")
+		n.Run("cpe", "ip", "-6", "route", "add", headendIPv6+"/128", "via", fmt.Sprintf("2001:db8:98:%d::1", k), "dev", up)
+	} else {
+		n.Veth("cpe", up, fmt.Sprintf("10.98.%d.2/24", k), "hub", hl, fmt.Sprintf("10.98.%d.1/24", k))
+		n.Run("cpe", "ip", "route", "add", headendIP+"/32", "via", fmt.Sprintf("10.98.%d.1", k),
+			"dev", up, "metric", strconv.Itoa(100+k))
+	}
+	if opts.shaped {
+		rate := uplinkRates[k-1]
+		n.Shape("cpe", up, fmt.Sprintf("%dmbit", rate), 40)
+		n.Shape("hub", hl, fmt.Sprintf("%dmbit", rate), 40)
+	}
 }
 
 // startBond writes keys and configs and starts aggd as headend and CPE. daemonArgs,

@@ -83,12 +83,19 @@ func TestUplinkAddressChangeKeepsSession(t *testing.T) {
 // then checks that it carries a TCP flow and that both sides kept their one session.
 func (b *bond) followsNewAddress(t *testing.T, n *testnet.Net, newAddr string) {
 	t.Helper()
+	b.up3Rejoins(t, n, func() bool { return logCount(filepath.Join(b.dir, "hub.log"), "peer address changed", newAddr) > 0 },
+		"on "+newAddr)
+}
+
+// up3Rejoins waits for up3 to be up on both sides again and for back() to hold, then
+// checks that it carries a TCP flow and that both sides kept their one session.
+func (b *bond) up3Rejoins(t *testing.T, n *testnet.Net, back func() bool, what string) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for b.linksUp("cpe", "headend") < len(uplinkRates) || b.linksUp("hub", "cpe1") < len(uplinkRates) ||
-		logCount(filepath.Join(b.dir, "hub.log"), "peer address changed", newAddr) == 0 {
+	for b.linksUp("cpe", "headend") < len(uplinkRates) || b.linksUp("hub", "cpe1") < len(uplinkRates) || !back() {
 		if time.Now().After(deadline) {
-			t.Fatalf("up3 not back on %s within 20 s: cpe links up %d, headend links up %d",
-				newAddr, b.linksUp("cpe", "headend"), b.linksUp("hub", "cpe1"))
+			t.Fatalf("up3 not back %s within 20 s: cpe links up %d, headend links up %d",
+				what, b.linksUp("cpe", "headend"), b.linksUp("hub", "cpe1"))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -153,4 +160,40 @@ func containsAll(s string, parts []string) bool {
 		}
 	}
 	return true
+}
+
+// An uplink whose interface disappears and comes back as a new interface of the same
+// name (a PPPoE reconnect creates a new ppp0, an LTE modem's reset a new wwan0) rejoins
+// the bond in the same session: the CPE re-binds the uplink's socket to the new
+// interface and, with the fast path, attaches its receive programs there. Here the
+// whole veth pair goes, so the headend sees a new interface too.
+func TestUplinkInterfaceRecreatedRejoins(t *testing.T) {
+	n := newTopology(t)
+	b := startBond(t, n)
+
+	n.Run("cpe", "ip", "link", "del", "up3")
+	deadline := time.Now().Add(10 * time.Second)
+	for b.linksUp("cpe", "headend") == len(uplinkRates) {
+		if time.Now().After(deadline) {
+			t.Fatal("up3 still in the bond 10 s after its interface was deleted")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	addUplink(n, 3, topologyOptions{shaped: true})
+
+	b.up3Rejoins(t, n, func() bool { return true }, "on its new interface")
+
+	// The receive programs were attached to the new interfaces: the shield always, the
+	// receive program with the fast path. (Attached twice: at the start and now.)
+	attached := func(file, ifc string, msg string) {
+		if c := logCount(filepath.Join(b.dir, file), msg, "interface="+ifc+" "); c != 2 {
+			t.Errorf("%s: %q logged %d times for %s; want 2 (at the start and on the new interface)", file, msg, c, ifc)
+		}
+	}
+	attached("cpe.log", "up3", "XDP shield attached")
+	attached("hub.log", "hl3", "XDP shield attached")
+	if strings.Contains(os.Getenv("AGGD_E2E_DAEMON_ARGS"), "--fast-path") {
+		attached("cpe.log", "up3", "fast path: receive program attached")
+		attached("hub.log", "hl3", "fast path: receive program attached")
+	}
 }

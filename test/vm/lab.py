@@ -958,7 +958,10 @@ class Run:
                        "environment": self.environment(), "links": [], "checks": {}, "notes": []}
         self.cpe = self.hub = None
         self.fluct_stop = threading.Event()
-        self.fluct_restart, self.fluct_ready = threading.Event(), threading.Event()
+        # restart_fluctuation asks for walk number fluct_wanted; fluctuate reports the one
+        # whose first step it has applied in fluct_applied (both under fluct_cond).
+        self.fluct_cond = threading.Condition()
+        self.fluct_wanted = self.fluct_applied = 0
         self.fluct_phase = "start"
         self.port = 5300
         self.hub_peer = CPE_PEER
@@ -1213,13 +1216,12 @@ log:
         same sequence of rates: otherwise the sum of the baselines would compare the
         bond against links it never had (a SOHO run measured the LTE baseline near its
         full rate, then ran the bond while the walk sat at half of it)."""
-        items = [l for l in self.sc["links"] if l.get("fluctuate")]
+        items = self.fluctuating_links()
         if not items:
-            self.fluct_ready.set()
             return
         while not self.fluct_stop.is_set():
-            phase = self.fluct_phase
-            self.fluct_restart.clear()
+            with self.fluct_cond:
+                gen, phase = self.fluct_wanted, self.fluct_phase
             rng = random.Random(self.sc["seed"])
             nxt = {l["name"]: 0 for l in items}
             frac = {l["name"]: 1.0 for l in items}
@@ -1242,18 +1244,27 @@ log:
                             self.topo.set_rate(l["name"], d, round(l[d]["rate_mbit"] * f, 3))
                         except LabError as e:
                             log(f"warning: {e}")
-                self.fluct_ready.set()
-                if self.fluct_stop.wait(0.2) or self.fluct_restart.is_set():
+                with self.fluct_cond:
+                    self.fluct_applied = max(self.fluct_applied, gen)
+                    self.fluct_cond.notify_all()
+                    restart = self.fluct_wanted != gen
+                if restart or self.fluct_stop.wait(0.2):
                     break
+
+    def fluctuating_links(self):
+        return [l for l in self.sc["links"] if l.get("fluctuate")]
 
     def restart_fluctuation(self, phase):
         """Start the fluctuating links' random walk afresh for a measured phase, and
-        return once its first step is applied."""
-        self.fluct_phase = phase
-        self.fluct_ready.clear()
-        self.fluct_restart.set()
-        if not self.fluct_ready.wait(5):
-            log(f"warning: the rate fluctuation did not restart for {phase}")
+        return once its first step is applied (at once in a scenario without such links)."""
+        if not self.fluctuating_links():
+            return
+        with self.fluct_cond:
+            self.fluct_phase = phase
+            self.fluct_wanted += 1
+            want = self.fluct_wanted
+            if not self.fluct_cond.wait_for(lambda: self.fluct_applied >= want, timeout=5):
+                log(f"warning: the rate fluctuation did not restart for {phase}")
 
     def events_for(self, seconds):
         evs = []
