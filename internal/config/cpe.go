@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -84,8 +85,14 @@ type Uplink struct {
 	// Name identifies the link in logs and metrics, e.g. "dsl". Required, unique.
 	Name string `yaml:"name"`
 	// Interface is the network interface the link leaves by. Required, unique, and it
-	// must exist when the daemon starts.
+	// must exist when the daemon starts, unless Hotplug is set.
 	Interface string `yaml:"interface"`
+	// Hotplug says the interface may be missing when the daemon starts (an LTE modem
+	// or USB tethering not plugged in yet, a PPP session not up yet): the CPE starts
+	// without the link and adds it when the interface appears with an address. An
+	// interface that exists but has no address yet, or is deleted and created again
+	// later, is waited for whatever this says.
+	Hotplug bool `yaml:"hotplug"`
 	// Source is the address packets leave with; unset means the interface's first
 	// address, followed as it changes (LTE, DHCP): IPv4 if the interface has a global
 	// one, else IPv6 (an IPv6-only line: DS-Lite, many LTE networks).
@@ -280,7 +287,11 @@ func (c *collector) checkUplinks(ups []Uplink, t CPETunnel, headend Endpoint, ex
 		} else {
 			names[u.Name] = i
 		}
-		c.checkUplinkInterface(p+".interface", u.Interface, t.Interface, exists)
+		ex := exists
+		if u.Hotplug {
+			ex = nil // may be missing now
+		}
+		c.checkUplinkInterface(p+".interface", u.Interface, t.Interface, ex)
 		if j, dup := ifaces[u.Interface]; dup && u.Interface != "" {
 			c.add(p+".interface", "%q is already used by uplinks[%d] (%s); each uplink needs its own interface", u.Interface, j, ups[j].Name)
 		} else {
@@ -311,6 +322,10 @@ func (c *collector) checkUplinkInterface(path, name, tunnel string, exists func(
 		c.add(path, "missing; write the interface this link leaves by, e.g. \"eth1\"")
 	case name == tunnel:
 		c.add(path, "%q is the tunnel interface; an uplink must be a real access link", name)
+	case exists != nil && ifNameRE.MatchString(name) && !exists(name):
+		c.add(path, "there is no interface %q on this machine; see `ip link`; if it appears later (an LTE modem, "+
+			"a PPP session), set %s.hotplug: true; or check with --offline if the file is for another machine",
+			name, strings.TrimSuffix(path, ".interface"))
 	default:
 		c.checkInterface(path, name, exists)
 	}

@@ -71,6 +71,25 @@ func TestOfflineSkipsInterfaceCheck(t *testing.T) {
 	}
 }
 
+// A missing uplink interface is an error that points at hotplug, and no error for an
+// uplink marked hotplug: it may appear after the start.
+func TestHotplugUplinkMayBeMissing(t *testing.T) {
+	none := func(string) bool { return false }
+	_, err := ParseCPE([]byte(minimalCPE), Options{InterfaceExists: none})
+	if err == nil || !strings.Contains(err.Error(), "set uplinks[0].hotplug: true") {
+		t.Errorf("missing interface: %v; want the hint to set uplinks[0].hotplug", err)
+	}
+	hot := strings.Replace(minimalCPE, "    interface: eth1\n", "    interface: eth1\n    hotplug: true\n", 1)
+	cfg, err := ParseCPE([]byte(hot), Options{InterfaceExists: none})
+	if err != nil || !cfg.Uplinks[0].Hotplug {
+		t.Errorf("hotplug uplink with its interface missing: %v, %v; want it accepted", cfg, err)
+	}
+	bad := strings.Replace(hot, "interface: eth1", "interface: eth/1", 1)
+	if _, err := ParseCPE([]byte(bad), Options{InterfaceExists: none}); err == nil {
+		t.Error("hotplug uplink with an invalid interface name accepted")
+	}
+}
+
 // Without an injected check, interfaces are looked up on this machine.
 func TestDefaultInterfaceCheckAsksKernel(t *testing.T) {
 	ifs, err := net.Interfaces()

@@ -66,7 +66,11 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 			// A route to the headend through this uplink's gateway, so the uplink's
 			// socket finds its way even when the uplink has no default route.
 			if err := netcfg.AddGatewayRoute(uplinks[i].Endpoint.Addr(), u.Gateway, u.Interface, gatewayRouteMetric(i)); err != nil {
-				return err
+				if uplinks[i].Waiting == "" {
+					return err
+				}
+				// Put in place when the uplink gets its address (uplinkWatch.rebind).
+				log.Info("route to the headend through the uplink's gateway deferred: the uplink is not usable yet", "link", u.Name, "err", err)
 			}
 		}
 	}
@@ -121,7 +125,11 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	for i, u := range uplinks {
 		headend[i] = u.Endpoint.Addr()
 	}
-	if err := watchUplinks(ctx, log, m, cpe, cfg.Uplinks, headend, created); err != nil {
+	autoMTUTunnel := dev.Name()
+	if cfg.Tunnel.MTU != 0 {
+		autoMTUTunnel = ""
+	}
+	if err := watchUplinks(ctx, log, m, cpe, cfg.Uplinks, headend, autoMTUTunnel, created); err != nil {
 		log.Warn("not watching the uplinks: a dead uplink leaves the bond only when its probes go unanswered, and an address change is not followed", "err", err)
 	}
 	if cfg.Fallback.Enabled {

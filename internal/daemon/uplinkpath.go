@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -22,14 +23,24 @@ func resolveUplinks(ctx context.Context, ups []config.Uplink, headend config.End
 	tunnelMTU := 0
 	for i, u := range ups {
 		what := fmt.Sprintf("uplinks[%d] (%s)", i, u.Name)
+		waiting := ""
 		src, ep, err := uplinkPath(ctx, i, u, headend)
+		if errors.Is(err, errNotYet) {
+			// The uplink joins when its interface and address appear (uplinkWatch).
+			waiting = u.Interface + " has no global address yet"
+			if _, ierr := net.InterfaceByName(u.Interface); ierr != nil {
+				waiting = "interface " + u.Interface + " not found"
+			}
+			src, ep, err = waitingUplinkPath(ctx, i, u, headend)
+		}
 		if err != nil {
 			return nil, 0, fmt.Errorf("%s: %w", what, err)
 		}
 		mtu := u.MTU
 		if mtu == 0 {
 			if mtu, err = netcfg.InterfaceMTU(u.Interface); err != nil {
-				return nil, 0, fmt.Errorf("%s: %w", what, err)
+				// Missing at start: the tunnel MTU assumes an Ethernet-sized uplink.
+				mtu = assumedUplinkMTU
 			}
 		}
 		if inner := mtu - wire.OverheadFor(src); tunnelMTU == 0 || inner < tunnelMTU {
@@ -40,7 +51,7 @@ func resolveUplinks(ctx context.Context, ups []config.Uplink, headend config.End
 			return nil, 0, fmt.Errorf("uplinks[%d].class: %w", i, err)
 		}
 		out = append(out, tunnel.Uplink{
-			Interface: u.Interface, Source: src, Endpoint: ep,
+			Interface: u.Interface, Source: src, Endpoint: ep, Waiting: waiting,
 			Spec: tunnel.LinkSpec{
 				ID: uint8(i), Name: u.Name, Class: class,
 				TxRate: float64(u.RateUp), RxRate: float64(u.RateDown), Weight: float64(u.Weight),
@@ -77,7 +88,7 @@ func uplinkPath(ctx context.Context, i int, u config.Uplink, headend config.Endp
 						"set uplinks[%d].endpoint to the headend's IPv6 address", u.Interface, key, e, a6, i)
 				}
 			}
-			return netip.Addr{}, netip.AddrPort{}, err
+			return netip.Addr{}, netip.AddrPort{}, fmt.Errorf("%w: %w", errNotYet, err)
 		}
 	}
 	network, version := "ip4", "IPv4"
@@ -97,4 +108,32 @@ func uplinkPath(ctx context.Context, i int, u config.Uplink, headend config.Endp
 			"(fix DNS, or write the headend's address)", key, e.Host, version, src, err)
 	}
 	return src, netip.AddrPortFrom(addrs[0].Unmap(), e.Port), nil
+}
+
+// errNotYet marks an uplink whose interface is missing or has no address yet: the CPE
+// starts without it, and it joins when they appear.
+var errNotYet = errors.New("not usable yet")
+
+// assumedUplinkMTU sizes the tunnel for an uplink missing at start with no
+// uplinks[].mtu: an Ethernet-sized line.
+const assumedUplinkMTU = 1500
+
+// waitingUplinkPath is uplinkPath for an uplink without an address yet: the headend's
+// address of the version the config implies (its source's, else a literal endpoint's,
+// else IPv4), and the unspecified address of that version as the source. An IPv6-only
+// line missing at start needs uplinks[].endpoint (or source) to say it is IPv6.
+func waitingUplinkPath(ctx context.Context, i int, u config.Uplink, headend config.Endpoint) (netip.Addr, netip.AddrPort, error) {
+	e := headend
+	if !u.Endpoint.IsZero() {
+		e = u.Endpoint
+	}
+	src := netip.IPv4Unspecified()
+	if lit, err := netip.ParseAddr(e.Host); err == nil && lit.Unmap().Is6() {
+		src = netip.IPv6Unspecified()
+	}
+	if u.Source.IsValid() {
+		src = u.Source.Unmap()
+	}
+	u.Source = src // resolves the endpoint for this version, as for a pinned source
+	return uplinkPath(ctx, i, u, headend)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aggd/aggd/internal/netcfg"
 	"github.com/aggd/aggd/internal/netwatch"
 	"github.com/aggd/aggd/internal/tunnel"
+	"github.com/aggd/aggd/internal/wire"
 )
 
 // uplinkWatch turns what netlink reports about the CPE's uplink interfaces into what
@@ -26,6 +27,7 @@ type uplinkWatch struct {
 	cpe     *tunnel.CPE
 	uplinks []config.Uplink
 	headend []netip.Addr        // the headend's address as each uplink reaches it
+	tunName string              // the tunnel interface, when its MTU is automatic; "" when tunnel.mtu is set
 	created func(ifname string) // attaches the receive programs; nil without BPF
 
 	// recreated marks uplinks whose interface was created anew and whose socket is
@@ -37,7 +39,7 @@ type uplinkWatch struct {
 // watchUplinks starts following the uplinks until ctx ends. Without it (no netlink
 // access) the links still fail over, only later: when their probes go unanswered.
 func watchUplinks(ctx context.Context, log *slog.Logger, m *metrics.Set, cpe *tunnel.CPE, uplinks []config.Uplink,
-	headend []netip.Addr, created func(string)) error {
+	headend []netip.Addr, autoMTUTunnel string, created func(string)) error {
 	names := make([]string, 0, len(uplinks))
 	for _, u := range uplinks {
 		names = append(names, u.Interface)
@@ -46,7 +48,7 @@ func watchUplinks(ctx context.Context, log *slog.Logger, m *metrics.Set, cpe *tu
 	if err != nil {
 		return err
 	}
-	uw := &uplinkWatch{log: log, m: m, cpe: cpe, uplinks: uplinks, headend: headend, created: created,
+	uw := &uplinkWatch{log: log, m: m, cpe: cpe, uplinks: uplinks, headend: headend, tunName: autoMTUTunnel, created: created,
 		recreated: make([]bool, len(uplinks))}
 	go func() {
 		for e := range w.Events() {
@@ -83,18 +85,13 @@ func (uw *uplinkWatch) handle(e netwatch.Event) {
 }
 
 // onCreated rebuilds what was bound to the uplink's old interface: the receive
-// programs at once, the route to the headend through the uplink's gateway (the kernel
-// deleted it with the interface), and the socket as soon as the interface has the
+// programs at once; the socket and the route to the headend through the uplink's
+// gateway (the kernel deleted it with the interface) as soon as the interface has the
 // uplink's address (it usually gets it a moment after it appears).
 func (uw *uplinkWatch) onCreated(id int) {
 	u := uw.uplinks[id]
 	if uw.created != nil {
 		uw.created(u.Interface)
-	}
-	if u.Gateway.IsValid() {
-		if err := netcfg.AddGatewayRoute(uw.headend[id], u.Gateway, u.Interface, gatewayRouteMetric(id)); err != nil {
-			uw.log.Warn("cannot restore the route to the headend through the uplink's gateway; its packets follow the other routes", "link", u.Name, "err", err)
-		}
 	}
 	uw.recreated[id] = true
 	uw.checkSource(id)
@@ -102,21 +99,23 @@ func (uw *uplinkWatch) onCreated(id int) {
 
 // checkSource compares the uplink's source address with the interface's addresses:
 // gone, the link is offline, and an uplink that follows its interface re-binds to the
-// interface's first address; back, the link is probed again.
+// interface's first address; back (or there for the first time, for an uplink that
+// was not usable at the start), the link is bound and probed again.
 func (uw *uplinkWatch) checkSource(id int) {
 	u := uw.uplinks[id]
 	cur := uw.cpe.UplinkSource(id)
-	addrs, err := netcfg.GlobalAddresses(u.Interface, cur.Is6())
+	want := cur // the address the uplink's socket should have
+	if u.Source.IsValid() {
+		want = u.Source.Unmap()
+	}
+	addrs, err := netcfg.GlobalAddresses(u.Interface, want.Is6())
 	if err != nil {
 		uw.log.Warn("cannot read the uplink's addresses; its link is left as it is", "link", u.Name, "err", err)
 		return
 	}
-	if slices.Contains(addrs, cur) {
-		if uw.recreated[id] {
-			uw.recreated[id] = false
-			if err := uw.cpe.RebindUplink(id, cur); err != nil {
-				uw.log.Error("uplink not re-bound to its new interface", "link", u.Name, "err", err)
-			}
+	if slices.Contains(addrs, want) {
+		if want != cur || uw.recreated[id] {
+			uw.rebind(id, want)
 			return
 		}
 		uw.cpe.UplinkSourcePresent(id, true)
@@ -125,15 +124,75 @@ func (uw *uplinkWatch) checkSource(id int) {
 	uw.cpe.UplinkSourcePresent(id, false)
 	switch {
 	case u.Source.IsValid():
-		uw.log.Warn(fmt.Sprintf("uplink source %s is no longer on %s: the link stays down until the address is back "+
-			"(remove uplinks[].source to follow the interface's address instead)", cur, u.Interface), "link", u.Name)
+		uw.log.Warn(fmt.Sprintf("uplink source %s is not on %s: the link stays down until the address is there "+
+			"(remove uplinks[].source to follow the interface's address instead)", want, u.Interface), "link", u.Name)
 	case len(addrs) == 0:
 		uw.log.Warn("uplink has no address: the link stays down until it gets one", "link", u.Name, "interface", u.Interface, "was", cur)
 	default:
-		uw.recreated[id] = false
-		if err := uw.cpe.RebindUplink(id, addrs[0]); err != nil {
-			uw.log.Error("uplink not re-bound", "link", u.Name, "err", err)
+		uw.rebind(id, addrs[0])
+	}
+}
+
+// rebind binds the uplink's socket to addr on its interface as it is now, and puts
+// back the route through its gateway (the kernel removes it with the interface, and
+// it cannot exist before the interface has an address on the gateway's subnet).
+func (uw *uplinkWatch) rebind(id int, addr netip.Addr) {
+	u := uw.uplinks[id]
+	uw.recreated[id] = false
+	uw.restoreGatewayRoute(id)
+	if err := uw.cpe.RebindUplink(id, addr); err != nil {
+		uw.log.Error("uplink not re-bound", "link", u.Name, "err", err)
+		return
+	}
+	uw.fitTunnelMTU(id, addr)
+}
+
+// fitTunnelMTU lowers the tunnel's automatic MTU when an uplink, bound to an interface
+// the start did not see (it joined late, or came back as a new interface), carries
+// less: a full-size packet would not fit it (a PPPoE line's 1492, a mobile network's
+// 1430). New connections then use the lower MTU, and the kernel tells senders of
+// larger packets (path MTU discovery). It never raises the MTU back.
+func (uw *uplinkWatch) fitTunnelMTU(id int, src netip.Addr) {
+	if uw.tunName == "" {
+		return // tunnel.mtu is set: the user's number stands
+	}
+	u := uw.uplinks[id]
+	mtu := u.MTU
+	if mtu == 0 {
+		var err error
+		if mtu, err = netcfg.InterfaceMTU(u.Interface); err != nil {
+			return
 		}
+	}
+	inner := mtu - wire.OverheadFor(src)
+	cur, err := netcfg.InterfaceMTU(uw.tunName)
+	if err != nil || inner >= cur {
+		return
+	}
+	if inner < minTunnelMTU {
+		uw.log.Error(fmt.Sprintf("uplink MTU %d leaves %d for the tunnel, below IPv6's 1280: the tunnel stays at %d and the link's full-size packets will not fit; "+
+			"set tunnel.mtu, or leave this uplink out", mtu, inner, cur), "link", u.Name)
+		return
+	}
+	if err := netcfg.SetMTU(uw.tunName, inner); err != nil {
+		uw.log.Warn("cannot lower the tunnel MTU to fit the uplink; its full-size packets will not fit", "link", u.Name, "err", err)
+		return
+	}
+	uw.log.Warn("tunnel MTU lowered to fit the uplink (set uplinks[].mtu or tunnel.mtu to have it from the start)",
+		"link", u.Name, "uplink_mtu", mtu, "from", cur, "to", inner)
+}
+
+// minTunnelMTU is the least MTU the tunnel may have: IPv6's minimum.
+const minTunnelMTU = 1280
+
+func (uw *uplinkWatch) restoreGatewayRoute(id int) {
+	u := uw.uplinks[id]
+	if !u.Gateway.IsValid() {
+		return
+	}
+	if err := netcfg.AddGatewayRoute(uw.headend[id], u.Gateway, u.Interface, gatewayRouteMetric(id)); err != nil {
+		uw.log.Warn("cannot put back the route to the headend through the uplink's gateway; its packets follow the other routes",
+			"link", u.Name, "err", err)
 	}
 }
 

@@ -136,6 +136,18 @@ func DeleteLink(name string) (existed bool, err error) {
 	return true, nil
 }
 
+// SetMTU sets the MTU of an interface.
+func SetMTU(name string, mtu int) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("netcfg: find %s: %w", name, err)
+	}
+	if err := netlink.LinkSetMTU(l, mtu); err != nil {
+		return fmt.Errorf("netcfg: set the MTU of %s to %d: %w", name, mtu, err)
+	}
+	return nil
+}
+
 // InterfaceMTU returns the MTU of an interface.
 func InterfaceMTU(name string) (int, error) {
 	l, err := netlink.LinkByName(name)

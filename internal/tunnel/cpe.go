@@ -4,12 +4,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/aggd/aggd/internal/auth"
 	"github.com/aggd/aggd/internal/clock"
@@ -26,6 +29,11 @@ type Uplink struct {
 	// Endpoint is the headend's address and port as this uplink reaches it, of the
 	// same IP version as Source.
 	Endpoint netip.AddrPort
+	// Waiting, when set, says why the uplink cannot be used yet (its interface is
+	// missing, or has no address): it starts offline, and the daemon re-binds it when
+	// its interface and address appear (RebindUplink). Source is then only its IP
+	// version.
+	Waiting string
 }
 
 // CPEConfig is the CPE role's runtime configuration, already validated and resolved.
@@ -69,6 +77,7 @@ type CPE struct {
 
 	hsSlot    chan struct{} // at most one handshake response in progress
 	hsMu      sync.Mutex
+	rebindMu  sync.Mutex // one RebindUplink at a time
 	pending   *handshake.Initiator
 	pendingID uint8
 	keyID     uint8
@@ -85,14 +94,45 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 		hsSlot: make(chan struct{}, 1),
 	}
 	for _, u := range cfg.Uplinks {
-		conn, err := listenUDP(netip.AddrPortFrom(u.Source, cfg.LocalPort), u.Interface)
+		uc, err := c.openUplink(u)
 		if err != nil {
 			c.closeConns()
 			return nil, fmt.Errorf("uplink %s: %w", u.Spec.Name, err)
 		}
-		c.conns = append(c.conns, newUplinkConn(conn))
+		c.conns = append(c.conns, uc)
 	}
 	return c, nil
+}
+
+// openUplink binds an uplink's socket to its interface and source address. An uplink
+// that cannot have one yet (Waiting, or its interface or address vanished since the
+// daemon looked) gets a stand-in socket and starts offline: the CPE runs on the other
+// uplinks meanwhile. Other failures (the port taken, no permission) are errors.
+func (c *CPE) openUplink(u Uplink) (*uplinkConn, error) {
+	why := u.Waiting
+	if why == "" {
+		conn, err := listenUDP(netip.AddrPortFrom(u.Source, c.cfg.LocalPort), u.Interface)
+		switch {
+		case err == nil:
+			return newUplinkConn(conn), nil
+		case errors.Is(err, unix.ENODEV):
+			why = "interface " + u.Interface + " not found"
+		case errors.Is(err, unix.EADDRNOTAVAIL):
+			why = "source " + u.Source.String() + " not on " + u.Interface
+		default:
+			return nil, err
+		}
+	}
+	conn, err := standInSocket(u.Source.Is6())
+	if err != nil {
+		return nil, err
+	}
+	c.log.Warn("uplink not usable yet: it joins the bond when its interface has its address "+
+		"(check uplinks[].interface and source if it never does)", "link", u.Spec.Name, "why", why)
+	uc := newUplinkConn(conn)
+	uc.standIn = true
+	uc.noSource.Store(true)
+	return uc, nil
 }
 
 // Run moves packets until ctx ends.

@@ -175,3 +175,15 @@ func localAddrPort(c *net.UDPConn) netip.AddrPort {
 	}
 	return netip.AddrPort{}
 }
+
+// standInSocket is an uplink's socket until it can have its own: bound to the loopback
+// address of the uplink's IP version (which tells RebindUplink the version to look
+// for) on a port of its own, so that it holds neither the uplink's port nor its
+// interface. The uplink is offline meanwhile; what is written to it goes nowhere.
+func standInSocket(v6 bool) (*net.UDPConn, error) {
+	lo := netip.AddrFrom4([4]byte{127, 0, 0, 1})
+	if v6 {
+		lo = netip.IPv6Loopback()
+	}
+	return listenUDP(netip.AddrPortFrom(lo, 0), "")
+}

@@ -32,6 +32,10 @@ type uplinkConn struct {
 	// Why the uplink cannot carry traffic, if it cannot.
 	noCarrier atomic.Bool
 	noSource  atomic.Bool
+
+	// standIn: conn is standInSocket's, not yet bound to the uplink (set before the
+	// CPE runs, cleared by RebindUplink under the CPE's rebind lock).
+	standIn bool
 }
 
 func newUplinkConn(c *net.UDPConn) *uplinkConn {
@@ -69,7 +73,7 @@ func (u *uplinkConn) offline() (bool, string) {
 	case u.noCarrier.Load():
 		return true, "carrier lost"
 	case u.noSource.Load():
-		return true, "source address removed"
+		return true, "no source address on the interface"
 	}
 	return false, ""
 }
@@ -114,14 +118,21 @@ func (c *CPE) UplinkSource(id int) netip.Addr {
 // at once so that the headend learns the new address. The session is kept.
 func (c *CPE) RebindUplink(id int, addr netip.Addr) error {
 	u := c.cfg.Uplinks[id]
+	c.rebindMu.Lock()
+	defer c.rebindMu.Unlock()
 	old := c.conns[id].get()
 	from := localAddrPort(old)
-	conn, err := listenUDP(netip.AddrPortFrom(addr, from.Port()), u.Interface)
+	port := from.Port()
+	if c.conns[id].standIn {
+		port = c.cfg.LocalPort // the stand-in's port is not the uplink's
+	}
+	conn, err := listenUDP(netip.AddrPortFrom(addr, port), u.Interface)
 	if err != nil {
 		return fmt.Errorf("uplink %s: re-bind from %s to %s: %w (the link stays offline until its address changes again)",
 			u.Spec.Name, from.Addr(), addr, err)
 	}
 	c.conns[id].swap(conn)
+	c.conns[id].standIn = false
 	old.Close() // its read loop moves to the new socket
 	local := localAddrPort(conn)
 	c.log.Info("uplink re-bound", "link", u.Spec.Name, "from", from, "to", local)

@@ -98,6 +98,8 @@ type topologyOptions struct {
 	// ipv6Uplink k (from 1) makes uplink k an IPv6-only line: IPv6 addresses on both
 	// ends and none of IPv4, and the headend's headendIPv6 reachable over it.
 	ipv6Uplink int
+	// mtu, if set, is the MTU of both ends of the uplinks addUplink creates.
+	mtu int
 }
 
 // headendIPv6 is the headend's IPv6 address (on its loopback) in topologies with an
@@ -133,6 +135,15 @@ func addUplink(n *testnet.Net, k int, opts topologyOptions) {
 		n.Run("cpe", "ip", "-6", "addr", "add", fmt.Sprintf("2001:db8:98:%d::2/64", k), "dev", up, "nodad")
 		n.Run("hub", "ip", "-6", "addr", "add", fmt.Sprintf("2001:db8:98:%d::1/64", k), "dev", hl, "nodad")
 		n.Run("cpe", "ip", "-6", "route", "add", headendIPv6+"/128", "via", fmt.Sprintf("2001:db8:98:%d::1", k), "dev", up)
+	} else if opts.mtu != 0 {
+		// The MTU before the addresses: the CPE sizes the tunnel when the address comes.
+		n.Veth("cpe", up, "", "hub", hl, "")
+		for _, e := range []struct{ ns, ifc, addr string }{{"cpe", up, fmt.Sprintf("10.98.%d.2/24", k)}, {"hub", hl, fmt.Sprintf("10.98.%d.1/24", k)}} {
+			n.Run(e.ns, "ip", "link", "set", e.ifc, "mtu", strconv.Itoa(opts.mtu))
+			n.Run(e.ns, "ip", "addr", "add", e.addr, "dev", e.ifc)
+		}
+		n.Run("cpe", "ip", "route", "add", headendIP+"/32", "via", fmt.Sprintf("10.98.%d.1", k),
+			"dev", up, "metric", strconv.Itoa(100+k))
 	} else {
 		n.Veth("cpe", up, fmt.Sprintf("10.98.%d.2/24", k), "hub", hl, fmt.Sprintf("10.98.%d.1/24", k))
 		n.Run("cpe", "ip", "route", "add", headendIP+"/32", "via", fmt.Sprintf("10.98.%d.1", k),
@@ -162,6 +173,9 @@ type bondOptions struct {
 	cpe string
 	// listen is the headend's listen address; "" is headendIP:4242.
 	listen string
+	// noWait returns once both daemons run, without waiting for the bond to be ready
+	// (a test that starts it with an uplink missing).
+	noWait bool
 }
 
 // startBondWith is startBond with the CPE config varied by opts.
@@ -236,8 +250,27 @@ bpf:
 			}
 		}
 	})
-	b.waitReady(t)
+	if opts.noWait {
+		b.waitRunning(t)
+	} else {
+		b.waitReady(t)
+	}
 	return b
+}
+
+// waitRunning waits until both daemons say they run.
+func (b *bond) waitRunning(t testing.TB) {
+	deadline := time.Now().Add(20 * time.Second)
+	for logCount(filepath.Join(b.dir, "cpe.log"), `msg="cpe running"`) == 0 ||
+		logCount(filepath.Join(b.dir, "hub.log"), `msg="headend running"`) == 0 {
+		if b.cpe.Exited() || b.headend.Exited() {
+			t.Fatalf("aggd exited early (cpe: %v, headend: %v)", b.cpe.Exited(), b.headend.Exited())
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("aggd not running after 20 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // waitReady waits until the LAN host can reach the server through the bond and every

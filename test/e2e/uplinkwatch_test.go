@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -195,5 +196,77 @@ func TestUplinkInterfaceRecreatedRejoins(t *testing.T) {
 	if strings.Contains(os.Getenv("AGGD_E2E_DAEMON_ARGS"), "--fast-path") {
 		attached("cpe.log", "up3", "fast path: receive program attached")
 		attached("hub.log", "hl3", "fast path: receive program attached")
+	}
+}
+
+// A router boots before its LTE modem, or before DHCP gave an uplink its address: an
+// uplink that cannot be used when aggd starts (its interface missing, for an uplink
+// marked hotplug; or there without an address) does not stop the CPE. The bond runs on
+// the other uplinks, and the late one joins the session when its interface has an
+// address.
+func TestUplinkMissingAtStartJoinsLater(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		remove []string // what is taken away from up3 before the start
+		opts   bondOptions
+		why    string // the reason the CPE logs
+		bring  func(n *testnet.Net)
+		// tunnelMTU is agg0's MTU once up3 is in use again (0: unchanged, 1444).
+		tunnelMTU int
+	}{
+		{
+			// It comes with a smaller MTU than the tunnel's start assumed (1500): the
+			// tunnel's MTU goes down to fit it, 1400 - 56.
+			name:   "interface",
+			remove: []string{"ip", "link", "del", "up3"},
+			opts:   bondOptions{noWait: true, uplink: map[int]string{3: "    hotplug: true\n"}},
+			why:    "interface up3 not found",
+			bring: func(n *testnet.Net) {
+				addUplink(n, 3, topologyOptions{shaped: true, mtu: 1400})
+			},
+			tunnelMTU: 1344,
+		},
+		{
+			name:   "address",
+			remove: []string{"ip", "addr", "del", "10.98.3.2/24", "dev", "up3"},
+			opts:   bondOptions{noWait: true},
+			why:    "up3 has no global address yet",
+			bring: func(n *testnet.Net) {
+				n.Run("cpe", "ip", "addr", "add", "10.98.3.2/24", "dev", "up3")
+				n.Run("cpe", "ip", "route", "replace", headendIP+"/32", "via", "10.98.3.1", "dev", "up3", "metric", "103")
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTopology(t)
+			n.Run("cpe", tc.remove...)
+			b := startBondWith(t, n, tc.opts)
+
+			deadline := time.Now().Add(20 * time.Second)
+			for b.linksUp("cpe", "headend") < len(uplinkRates)-1 {
+				if b.cpe.Exited() {
+					t.Fatalf("the CPE exited with up3 not usable: %v", b.cpe.Err)
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the bond did not come up on up1 and up2 within 20 s (links up %d)", b.linksUp("cpe", "headend"))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if _, err := n.Try("lan", "ping", "-c1", "-W2", server); err != nil {
+				t.Fatalf("no ping through the bond on up1 and up2: %v", err)
+			}
+			logLine(t, filepath.Join(b.dir, "cpe.log"), "uplink not usable yet", "link=up3", tc.why)
+
+			tc.bring(n)
+			b.waitReady(t)
+			b.up3Rejoins(t, n, func() bool { return true }, "once usable")
+			want := tc.tunnelMTU
+			if want == 0 {
+				want = 1444
+			}
+			if out := n.Run("cpe", "ip", "link", "show", "agg0"); !strings.Contains(out, fmt.Sprintf(" mtu %d ", want)) {
+				t.Errorf("agg0 after up3 joined: want mtu %d:\n%s", want, out)
+			}
+		})
 	}
 }
