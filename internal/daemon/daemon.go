@@ -81,11 +81,13 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	if err := netcfg.AddRoutes(dev.Name(), cfg.Tunnel.Routes, int(cfg.Tunnel.RouteMetric)); err != nil {
 		return err
 	}
+	var masq []nat.Masquerade
 	if cfg.Tunnel.NAT {
 		// LAN hosts leave through agg0 with the CPE's tunnel address.
-		if err := host.nat([]nat.Masquerade{{OutIface: dev.Name()}}); err != nil {
-			return err
-		}
+		masq = []nat.Masquerade{{OutIface: dev.Name()}}
+	}
+	if err := host.netfilter(masq); err != nil {
+		return err
 	}
 	m, err := startMetrics(ctx, cfg.Metrics, log)
 	if err != nil {
@@ -170,14 +172,16 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 			return err
 		}
 	}
+	var masq []nat.Masquerade
 	if cfg.NAT.Enabled {
 		rule := nat.Masquerade{InIface: dev.Name(), NotOutIface: dev.Name()}
 		if cfg.NAT.OutInterface != "" {
 			rule = nat.Masquerade{InIface: dev.Name(), OutIface: cfg.NAT.OutInterface}
 		}
-		if err := host.nat([]nat.Masquerade{rule}); err != nil {
-			return err
-		}
+		masq = []nat.Masquerade{rule}
+	}
+	if err := host.netfilter(masq); err != nil {
+		return err
 	}
 	m, err := startMetrics(ctx, cfg.Metrics, log)
 	if err != nil {

@@ -19,7 +19,7 @@ type hostChanges struct {
 	pinRoot string // bpf.pin_dir
 	keep    persistence
 	dev     *tun.Device
-	natOn   bool
+	nftOn   bool
 }
 
 // prepare readies the host for this run: an earlier run's fast path is adopted when
@@ -93,18 +93,29 @@ func (h *hostChanges) tunnel(mtu int, addrs []netip.Prefix) (*tun.Device, error)
 	return dev, nil
 }
 
-func (h *hostChanges) nat(rules []nat.Masquerade) error {
-	if err := nat.Install(rules); err != nil {
-		return err
+// netfilter installs aggd's nftables table: the masquerade rules (none when NAT is
+// off) and the TCP MSS clamp on the tunnel interface. The clamp only spares the far
+// ends path MTU discovery, so a kernel that cannot do it (no nft_rt or nft_exthdr)
+// gets the masquerade alone, and a warning.
+func (h *hostChanges) netfilter(rules []nat.Masquerade) error {
+	err := nat.Install(rules, h.tunName)
+	if err != nil {
+		h.log.Warn("TCP MSS clamp on the tunnel not installed; TCP through it relies on path MTU discovery", "err", err)
+		if len(rules) == 0 {
+			return nil
+		}
+		if err := nat.Install(rules, ""); err != nil {
+			return err
+		}
 	}
-	h.natOn = true
+	h.nftOn = true
 	return nil
 }
 
 // undo reverts everything; deleting the TUN device takes its routes with it. The pins
 // go last, after the programs were detached.
 func (h *hostChanges) undo() {
-	if h.natOn {
+	if h.nftOn {
 		if _, err := nat.Remove(); err != nil {
 			h.log.Warn("could not remove nftables table", "err", err)
 		}

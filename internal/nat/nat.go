@@ -1,6 +1,7 @@
-// Package nat installs aggd's masquerading rules with nftables (through netlink, no nft
-// binary). All rules live in one table of aggd's own, so removing them is removing the
-// table, and a table left by a crashed daemon is replaced at start.
+// Package nat installs aggd's netfilter rules with nftables (through netlink, no nft
+// binary): masquerading, and the TCP MSS clamp on the tunnel interface. All rules live
+// in one table of aggd's own, so removing them is removing the table, and a table left
+// by a crashed daemon is replaced at start.
 package nat
 
 import (
@@ -23,29 +24,74 @@ type Masquerade struct {
 	NotOutIface string
 }
 
-// Install replaces aggd's table with one postrouting NAT chain holding the given rules.
-func Install(rules []Masquerade) error {
+// Install replaces aggd's table with a postrouting NAT chain holding the masquerade
+// rules, and, with clampIface set, a forward chain that clamps the MSS of TCP
+// connections set up through that interface (ClampMSS).
+func Install(rules []Masquerade, clampIface string) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nat: open nftables: %w", err)
 	}
 	removeTable(c)
 	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: TableName})
-	ch := c.AddChain(&nftables.Chain{
-		Name:     "postrouting",
-		Table:    t,
-		Type:     nftables.ChainTypeNAT,
-		Hooknum:  nftables.ChainHookPostrouting,
-		Priority: nftables.ChainPriorityNATSource,
-	})
-	for _, r := range rules {
-		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r.exprs()})
+	if len(rules) > 0 {
+		ch := c.AddChain(&nftables.Chain{
+			Name:     "postrouting",
+			Table:    t,
+			Type:     nftables.ChainTypeNAT,
+			Hooknum:  nftables.ChainHookPostrouting,
+			Priority: nftables.ChainPriorityNATSource,
+		})
+		for _, r := range rules {
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r.exprs()})
+		}
+	}
+	if clampIface != "" {
+		ch := c.AddChain(&nftables.Chain{
+			Name:     "forward",
+			Table:    t,
+			Type:     nftables.ChainTypeFilter,
+			Hooknum:  nftables.ChainHookForward,
+			Priority: nftables.ChainPriorityMangle,
+		})
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: ClampMSS(clampIface)})
 	}
 	if err := c.Flush(); err != nil {
-		return fmt.Errorf("nat: install table inet %s: %w (does the kernel have nf_tables and nft_masq?)", TableName, err)
+		return fmt.Errorf("nat: install table inet %s: %w (does the kernel have nf_tables, nft_masq, nft_rt and nft_exthdr?)", TableName, err)
 	}
 	return nil
 }
+
+// ClampMSS is the rule `oifname IFACE tcp flags & (syn | rst) == syn tcp option maxseg
+// size set rt mtu`: a SYN or SYN-ACK that leaves through the tunnel offers the other
+// end an MSS no larger than the tunnel's route MTU allows (the kernel only ever lowers
+// it). The far end then sends segments that fit the tunnel, and the tunnel's packets
+// fit its uplinks, without relying on ICMP "fragmentation needed" reaching it (path MTU
+// discovery, which firewalls break): on a CPE with a PPPoE line the tunnel is 1436, and
+// a server answering with 1500-byte packets would otherwise have the headend send
+// 1500-byte tunnel packets at a 1492-byte line.
+func ClampMSS(iface string) []expr.Any {
+	e := IfaceMatch(expr.MetaKeyOIFNAME, iface, expr.CmpOpEq)
+	return append(e,
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: tcpFlagsOffset, Len: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{tcpSYN | tcpRST}, Xor: []byte{0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{tcpSYN}},
+		&expr.Rt{Register: 1, Key: expr.RtTCPMSS},
+		// rt gives the MSS in host order; the option holds it in network order.
+		&expr.Byteorder{SourceRegister: 1, DestRegister: 1, Op: expr.ByteorderHton, Len: 2, Size: 2},
+		&expr.Exthdr{Op: expr.ExthdrOpTcpopt, Type: tcpOptMaxseg, Offset: 2, Len: 2, SourceRegister: 1},
+	)
+}
+
+// The TCP header's flags byte and bits, and the MSS option's kind.
+const (
+	tcpFlagsOffset = 13
+	tcpSYN         = 0x02
+	tcpRST         = 0x04
+	tcpOptMaxseg   = 2
+)
 
 // Remove deletes aggd's table if present and reports whether it was.
 func Remove() (existed bool, err error) {
