@@ -197,7 +197,12 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 				defer fp.close()
 				session.FastPath = fp
 			}
-			watchNewInterfaces(ctx, log, dev.Name(), func(name string) { interfaceCreated(log, sh, fp, name) })
+			// Stopped before the fast path and the shield close (defers run last first).
+			wctx, stop := context.WithCancel(ctx)
+			defer stop()
+			watchNewInterfaces(wctx, log, sh, dev.Name(),
+				func(name string) { interfaceCreated(log, sh, fp, name) },
+				func(name string) { interfaceDeleted(sh, fp, name) })
 		}
 	}
 	he, err := tunnel.NewHeadend(tunnel.HeadendConfig{

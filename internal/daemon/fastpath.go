@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,6 +177,24 @@ func (f *fastPath) attachReceive(name string) error {
 	return nil
 }
 
+// detachReceive forgets the receive program's attachment to the interface named name
+// (deleted: its link is defunct), freeing the link and its pin, and the interface's
+// saved RPS masks.
+func (f *fastPath) detachReceive(name string) {
+	f.rxMu.Lock()
+	defer f.rxMu.Unlock()
+	if a, ok := f.rxAttach[name]; ok {
+		_ = a.Close()
+		delete(f.rxAttach, name)
+	}
+	prefix := filepath.Join("/sys/class/net", name) + "/"
+	for k := range f.rps {
+		if strings.HasPrefix(k, prefix) {
+			delete(f.rps, k)
+		}
+	}
+}
+
 // steerReceive makes the kernel process everything the uplinks and agg0 receive on
 // one CPU (RPS). The receive program decides "deliver k" under a lock but delivers
 // after it; from two CPUs, k+1 could overtake k, and the daemon's writes into agg0
@@ -198,6 +218,15 @@ func (f *fastPath) steerReceive(ifaces []string) {
 		if err != nil {
 			f.log.Warn("fast path: cannot steer receive processing to one CPU; packets may be delivered slightly out of order", "interface", name, "err", err)
 		}
+	}
+}
+
+// interfaceDeleted forgets the shield's and the receive program's attachments to a
+// deleted interface.
+func interfaceDeleted(sh *shield, fp *fastPath, name string) {
+	sh.detach(name)
+	if fp != nil {
+		fp.detachReceive(name)
 	}
 }
 

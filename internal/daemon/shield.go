@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"net"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf/link"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +28,7 @@ type shield struct {
 
 	mu     sync.Mutex
 	links  map[string]link.Link // by interface name
+	index  map[string]int       // the index of the interface each link is attached to
 	ifaces []string             // where it is attached, in the order attached
 }
 
@@ -41,13 +44,20 @@ func startShield(log *slog.Logger, port uint16, ifaces []string, reg *prometheus
 		log.Warn("XDP shield not loaded; the daemon checks every packet itself (slower under attack)", "err", err)
 		return nil
 	}
-	s := &shield{log: log, prog: prog, pins: pins, links: make(map[string]link.Link)}
+	s := &shield{log: log, prog: prog, pins: pins, links: make(map[string]link.Link), index: make(map[string]int)}
+	missing := 0
 	for _, name := range ifaces {
 		if _, err := net.InterfaceByName(name); err != nil {
 			log.Warn("XDP shield: interface not found (attached when it appears)", "interface", name, "err", err)
+			missing++
 			continue
 		}
 		s.attachTo(name)
+	}
+	if len(s.links) == 0 && missing == 0 {
+		log.Warn("XDP shield not attached anywhere; the daemon checks every packet itself (slower under attack)")
+		prog.Close()
+		return nil
 	}
 	reg.MustRegister(shieldCollector{prog: prog})
 	return s
@@ -63,21 +73,41 @@ func (s *shield) attachTo(name string) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old, ok := s.links[name]; ok {
-		_ = old.Close() // detached with its interface already; this frees it and its pin
-		delete(s.links, name)
-	}
+	s.detachLocked(name)
 	l, mode, err := s.prog.AttachPinned(ifc.Index, bpf.LinkPin(s.pins, "xdp", name))
 	if err != nil {
 		s.log.Warn("XDP shield not attached", "interface", name, "err", err)
 		return false
 	}
-	s.links[name] = l
+	s.links[name], s.index[name] = l, ifc.Index
 	if !slices.Contains(s.ifaces, name) {
 		s.ifaces = append(s.ifaces, name)
 	}
 	s.log.Info("XDP shield attached", "interface", name, "index", ifc.Index, "mode", mode)
 	return true
+}
+
+// detach forgets the attachment to the interface named name (deleted: its link is
+// defunct), freeing the link and its pin.
+func (s *shield) detach(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.detachLocked(name)
+}
+
+func (s *shield) detachLocked(name string) {
+	if old, ok := s.links[name]; ok {
+		_ = old.Close()
+		delete(s.links, name)
+		delete(s.index, name)
+	}
+}
+
+// attached returns the index of the interface each attachment is on, by name.
+func (s *shield) attached() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.index)
 }
 
 // interfaces lists the interfaces the shield guards.
@@ -164,35 +194,53 @@ func shieldInterfaces(tunName string) []string {
 	return out
 }
 
-// watchNewInterfaces calls created for each interface that comes up after the start,
-// or comes back as a new interface of an old name, until ctx ends: on a headend,
-// tunnel traffic may arrive on any of them (shieldInterfaces). The CPE follows its
-// uplinks through netwatch instead (uplinkWatch).
-func watchNewInterfaces(ctx context.Context, log *slog.Logger, tunName string, created func(name string)) {
-	known := make(map[string]int)
-	for _, name := range shieldInterfaces(tunName) {
-		if ifc, err := net.InterfaceByName(name); err == nil {
-			known[name] = ifc.Index
-		}
-	}
-	updates := make(chan netlink.LinkUpdate, 16)
-	err := netlink.LinkSubscribeWithOptions(updates, ctx.Done(), netlink.LinkSubscribeOptions{
-		ErrorCallback: func(err error) { log.Warn("watching for new interfaces", "err", err) },
-	})
-	if err != nil {
-		log.Warn("not watching for new interfaces: the shield and the fast path cover only those up at start", "err", err)
-		return
-	}
+// watchNewInterfaces follows the headend's interfaces until ctx ends, so that tunnel
+// traffic is guarded (and, with the fast path, delivered in the kernel) on whichever
+// it arrives (shieldInterfaces): created is called for each interface that is up and
+// not attached to under its current index (one that came up after the start, or came
+// back as a new interface of an old name), deleted for each attached one that goes
+// away. The CPE follows its uplinks through netwatch instead (uplinkWatch).
+func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, tunName string, created, deleted func(name string)) {
 	go func() {
-		for u := range updates {
-			a := u.Attrs()
-			if u.Header.Type != unix.RTM_NEWLINK || a.Flags&net.FlagUp == 0 || a.Flags&net.FlagLoopback != 0 ||
-				a.Name == tunName || known[a.Name] == a.Index {
-				continue
+		for ctx.Err() == nil {
+			// Each subscription lists the existing interfaces first: what came up
+			// before it (or between two of them) is not missed.
+			updates := make(chan netlink.LinkUpdate, 64)
+			err := netlink.LinkSubscribeWithOptions(updates, ctx.Done(), netlink.LinkSubscribeOptions{
+				ListExisting:  true,
+				ErrorCallback: func(err error) { log.Warn("watching for new interfaces", "err", err) },
+			})
+			if err != nil {
+				log.Warn("cannot watch for new interfaces; retrying", "err", err)
+			} else {
+				followInterfaces(updates, sh, tunName, created, deleted)
 			}
-			known[a.Name] = a.Index
-			log.Info("interface up with a new index: attaching the receive programs", "interface", a.Name, "index", a.Index)
-			created(a.Name)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
 	}()
+}
+
+// followInterfaces acts on link updates until the channel closes.
+func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, tunName string, created, deleted func(string)) {
+	tried := make(map[string]int) // the index created was last called for, by name: once per interface
+	for u := range updates {
+		a := u.Attrs()
+		if a.Flags&net.FlagLoopback != 0 || a.Name == tunName {
+			continue
+		}
+		index, ok := sh.attached()[a.Name]
+		switch {
+		case u.Header.Type == unix.RTM_DELLINK:
+			delete(tried, a.Name)
+			if ok && index == a.Index {
+				deleted(a.Name)
+			}
+		case a.Flags&net.FlagUp != 0 && (!ok || index != a.Index) && tried[a.Name] != a.Index:
+			tried[a.Name] = a.Index
+			created(a.Name)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 
@@ -51,6 +52,7 @@ func watchUplinks(ctx context.Context, log *slog.Logger, m *metrics.Set, cpe *tu
 	uw := &uplinkWatch{log: log, m: m, cpe: cpe, uplinks: uplinks, headend: headend, tunName: autoMTUTunnel, created: created,
 		recreated: make([]bool, len(uplinks))}
 	go func() {
+		uw.catchUp()
 		for e := range w.Events() {
 			if ctx.Err() == nil {
 				uw.handle(e)
@@ -58,6 +60,22 @@ func watchUplinks(ctx context.Context, log *slog.Logger, m *metrics.Set, cpe *tu
 		}
 	}()
 	return nil
+}
+
+// catchUp handles what changed between the start's look at the uplinks and the
+// watch's own (the shield, the fast path and the sockets came in between): an uplink
+// that was not usable then but whose interface is there now is taken as created, so
+// that it is bound at once if it has its address by now.
+func (uw *uplinkWatch) catchUp() {
+	for id, u := range uw.uplinks {
+		if !uw.cpe.UplinkWaiting(id) {
+			continue
+		}
+		if _, err := net.InterfaceByName(u.Interface); err == nil {
+			uw.log.Info("uplink not usable at the start has its interface now", "link", u.Name, "interface", u.Interface)
+			uw.onCreated(id)
+		}
+	}
 }
 
 // handle logs and counts one event and acts on it.
@@ -138,12 +156,13 @@ func (uw *uplinkWatch) checkSource(id int) {
 // it cannot exist before the interface has an address on the gateway's subnet).
 func (uw *uplinkWatch) rebind(id int, addr netip.Addr) {
 	u := uw.uplinks[id]
-	uw.recreated[id] = false
 	uw.restoreGatewayRoute(id)
 	if err := uw.cpe.RebindUplink(id, addr); err != nil {
+		// recreated stays set: the next address event tries again.
 		uw.log.Error("uplink not re-bound", "link", u.Name, "err", err)
 		return
 	}
+	uw.recreated[id] = false
 	uw.fitTunnelMTU(id, addr)
 }
 

@@ -130,7 +130,7 @@ func (c *CPE) openUplink(u Uplink) (*uplinkConn, error) {
 	c.log.Warn("uplink not usable yet: it joins the bond when its interface has its address "+
 		"(check uplinks[].interface and source if it never does)", "link", u.Spec.Name, "why", why)
 	uc := newUplinkConn(conn)
-	uc.standIn = true
+	uc.standIn.Store(true)
 	uc.noSource.Store(true)
 	return uc, nil
 }

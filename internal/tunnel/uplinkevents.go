@@ -34,8 +34,8 @@ type uplinkConn struct {
 	noSource  atomic.Bool
 
 	// standIn: conn is standInSocket's, not yet bound to the uplink (set before the
-	// CPE runs, cleared by RebindUplink under the CPE's rebind lock).
-	standIn bool
+	// CPE runs, cleared by RebindUplink).
+	standIn atomic.Bool
 }
 
 func newUplinkConn(c *net.UDPConn) *uplinkConn {
@@ -109,6 +109,10 @@ func (c *CPE) UplinkSourcePresent(id int, present bool) {
 	c.applyUplinkState(id)
 }
 
+// UplinkWaiting reports whether uplink id is still on the stand-in socket it started
+// with, not yet bound to its interface (Uplink.Waiting).
+func (c *CPE) UplinkWaiting(id int) bool { return c.conns[id].standIn.Load() }
+
 // UplinkSource is the address uplink id's socket is bound to.
 func (c *CPE) UplinkSource(id int) netip.Addr {
 	return localAddrPort(c.conns[id].get()).Addr()
@@ -123,7 +127,7 @@ func (c *CPE) RebindUplink(id int, addr netip.Addr) error {
 	old := c.conns[id].get()
 	from := localAddrPort(old)
 	port := from.Port()
-	if c.conns[id].standIn {
+	if c.conns[id].standIn.Load() {
 		port = c.cfg.LocalPort // the stand-in's port is not the uplink's
 	}
 	conn, err := listenUDP(netip.AddrPortFrom(addr, port), u.Interface)
@@ -132,7 +136,7 @@ func (c *CPE) RebindUplink(id int, addr netip.Addr) error {
 			u.Spec.Name, from.Addr(), addr, err)
 	}
 	c.conns[id].swap(conn)
-	c.conns[id].standIn = false
+	c.conns[id].standIn.Store(false)
 	old.Close() // its read loop moves to the new socket
 	local := localAddrPort(conn)
 	c.log.Info("uplink re-bound", "link", u.Spec.Name, "from", from, "to", local)

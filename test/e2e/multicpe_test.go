@@ -94,6 +94,16 @@ log:
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// The headend guards the interfaces that came up after its start, as it does the
+	// others (where XDP works at all).
+	hubLog := filepath.Join(b.dir, "hub.log")
+	if logCount(hubLog, "XDP shield attached") > 0 {
+		for k := 1; k <= cpe2Uplinks; k++ {
+			if logCount(hubLog, "XDP shield attached", fmt.Sprintf("interface=hm%d ", k)) == 0 {
+				t.Errorf("the headend did not attach its shield to hm%d, which came up after its start", k)
+			}
+		}
+	}
 	if got := b.metric(t, "hub", "aggd_sessions"); got != 2 {
 		t.Errorf("aggd_sessions %v on the headend with both CPEs up, want 2", got)
 	}
