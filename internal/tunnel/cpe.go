@@ -104,6 +104,9 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 	return c, nil
 }
 
+// errStandIn is what sending on an uplink that still has its stand-in socket returns.
+var errStandIn = errors.New("uplink not bound to its interface yet")
+
 // openUplink binds an uplink's socket to its interface and source address. An uplink
 // that cannot have one yet (Waiting, or its interface or address vanished since the
 // daemon looked) gets a stand-in socket and starts offline: the CPE runs on the other
@@ -220,6 +223,9 @@ func (c *CPE) maybeHandshake(now time.Time) {
 	// The same INIT goes out on every uplink: whichever reaches the headend first wins
 	// (the others are rejected there as replays), so one working link suffices.
 	for i, u := range c.conns {
+		if u.standIn.Load() {
+			continue // not bound to its uplink yet: nothing it sends could arrive
+		}
 		conn := u.get()
 		pkt := make([]byte, wire.HeaderLen+len(body))
 		h := wire.Header{Type: wire.TypeHandshakeInit, LinkID: c.cfg.Uplinks[i].Spec.ID, KeyID: c.pendingID, Timestamp: clock.Micros32(clock.Nanos())}
@@ -327,6 +333,9 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 		spec := u.Spec
 		spec.Local, spec.Interface = localAddrPort(conn.get()), u.Interface
 		l := s.addLink(spec, func(_ *link, b []byte) error {
+			if conn.standIn.Load() {
+				return errStandIn
+			}
 			_, err := conn.get().WriteToUDPAddrPort(b, ep)
 			return err
 		})

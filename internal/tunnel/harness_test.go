@@ -573,6 +573,12 @@ type cpeNode struct {
 // the relay.
 func (b *bed) startCPE(p testPeer, n int, rekey time.Duration) *cpeNode {
 	b.t.Helper()
+	return b.startCPEWith(p, n, rekey, nil)
+}
+
+// startCPEWith is startCPE with the config changed by tweak (if not nil) first.
+func (b *bed) startCPEWith(p testPeer, n int, rekey time.Duration, tweak func(*CPEConfig)) *cpeNode {
+	b.t.Helper()
 	cfg := CPEConfig{
 		Local: p.key, HeadendKey: b.key.Public(),
 		Session: testSession(), Rekey: rekey,
@@ -584,6 +590,9 @@ func (b *bed) startCPE(p testPeer, n int, rekey time.Duration) *cpeNode {
 			Source:   netip.MustParseAddr("127.0.0.1"),
 			Endpoint: b.relay.addr(),
 		})
+	}
+	if tweak != nil {
+		tweak(&cfg)
 	}
 	node := &cpeNode{t: b.t, peer: p, tun: newFakeTun(), m: metrics.New(), done: make(chan struct{})}
 	var err error

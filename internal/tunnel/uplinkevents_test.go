@@ -81,3 +81,54 @@ func TestRebindUplinkKeepsSession(t *testing.T) {
 		t.Fatalf("%v handshakes during the re-bind; want none", got-handshakes)
 	}
 }
+
+// An uplink not usable at the start (Uplink.Waiting: its interface or address missing)
+// has a stand-in socket that sends nothing, and is offline while the other uplink
+// carries the session; bound to its address, it joins the same session.
+func TestWaitingUplinkJoinsLater(t *testing.T) {
+	p := newPeer(t, "cpe1", "100.64.0.2")
+	b := newBed(t, p)
+	n := b.startCPEWith(p, 2, deadline, func(c *CPEConfig) { c.Uplinks[1].Waiting = "interface up1 not found" })
+	waitFor(t, "a session on up0", func() bool { return n.c.session.Load() != nil && linkUp(n, 0) == 1 })
+	b.up(n, 100)
+	if !n.c.UplinkWaiting(1) {
+		t.Fatal("up1 not waiting on its stand-in socket")
+	}
+	if linkUp(n, 1) != 0 {
+		t.Fatal("up1 up while it has only its stand-in socket")
+	}
+	standIn := n.uplinkAddr(1)
+	b.relay.mu.Lock()
+	sent := b.relay.maps[standIn] != nil
+	b.relay.mu.Unlock()
+	if sent {
+		t.Fatalf("the stand-in socket (%v) sent to the headend", standIn)
+	}
+	index := n.c.session.Load().peerIndex.Load()
+
+	if err := n.c.RebindUplink(1, netip.MustParseAddr("127.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	if n.c.UplinkWaiting(1) {
+		t.Fatal("up1 still waiting after it was bound")
+	}
+	m := b.relay.existing(t, n.uplinkAddr(1)) // its first datagrams since it was bound
+	waitFor(t, "up1 up once bound", func() bool { return linkUp(n, 1) == 1 })
+	heSession := b.session("cpe1")
+	waitFor(t, "the headend sending to up1", func() bool {
+		r := heSession.link(1).remote.Load()
+		return r != nil && *r == m.external()
+	})
+	// Upstream only: downstream, with the race detector's slowdown, 16 packets the
+	// headend sent right after up1 came up never arrived in 3 of 4 runs (a stall of
+	// the whole window, no drop counted at the CPE); not understood yet, noted in
+	// BENCHMARKS.md ("A late uplink's first downstream packets").
+	before, _ := m.data()
+	b.up(n, 200)
+	if after, _ := m.data(); after == before {
+		t.Error("up1 carried no data upstream once bound")
+	}
+	if n.c.session.Load().peerIndex.Load() != index {
+		t.Fatal("binding the late uplink restarted the session")
+	}
+}

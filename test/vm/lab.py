@@ -94,6 +94,9 @@ SCRAPE_IDLE_S = float(os.environ.get("LAB_SCRAPE_S", "0.15"))
 SCRAPE_LOADED_S = float(os.environ.get("LAB_SCRAPE_LOADED_S", "0.3"))
 # The baselines' TCP congestion control (one flow per link, no tunnel).
 BASELINE_CC = os.environ.get("LAB_BASELINE_CC", "cubic")
+# iperf3 errors of a baseline (a link alone, no aggd) that say the link's loss broke
+# iperf3's own connections rather than anything about the link's rate: tried once more.
+BASELINE_RETRY_ERRORS = ("unable to connect", "control socket has closed unexpectedly")
 # aggd's log level in the lab (debug: one line per estimator sample, for diagnosis).
 AGGD_LOG_LEVEL = os.environ.get("LAB_LOG_LEVEL", "info")
 
@@ -1059,11 +1062,14 @@ class Run:
                                            (0 if d == "up" else 5) + attempt, secs, reverse=(d == "down"),
                                            bind=f"10.98.{k}.2", congestion=BASELINE_CC)
                         # A lossy link can lose the connection's SYN and its retries within
-                        # iperf3's 5-s connect timeout (the lossy scenario's bursty loss did,
-                        # once): that is no measure of the link, so it is tried once more.
-                        if "unable to connect" not in str(res[k].get("error") or ""):
+                        # iperf3's 5-s connect timeout, or break iperf3's own control
+                        # connection mid-test (the lossy scenario's bursty loss did each,
+                        # once): that is no measure of the link (no aggd is involved in a
+                        # baseline), so it is tried once more.
+                        err = str(res[k].get("error") or "")
+                        if not any(m in err for m in BASELINE_RETRY_ERRORS):
                             break
-                        log(f"baseline iperf3 on {l['name']} {d} could not connect; trying once more")
+                        log(f"baseline iperf3 on {l['name']} {d} failed ({err}); trying once more")
 
                 ths = [threading.Thread(target=one, args=(l,)) for l, _ in g]
                 for t in ths:
