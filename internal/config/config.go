@@ -174,7 +174,7 @@ const DefaultPinDir = "/sys/fs/bpf/aggd"
 // taste: anything inside is accepted.
 const (
 	minMTU, maxMTU   = 576, 9000 // 576: the IPv4 minimum; 9000: jumbo frames
-	minMTUIPv6       = 1280      // IPv6 refuses links below this
+	MinMTUIPv6       = 1280      // IPv6 refuses links below this
 	minMaxHold       = time.Millisecond
 	maxMaxHold       = 5 * time.Second
 	minMaxBuffer     = 64 << 10
@@ -234,8 +234,8 @@ func (c *collector) checkMTU(path string, mtu int, carriesIPv6 bool) {
 		c.add(path, "%d is out of range %d..%d; write 0 to size it from the uplinks", mtu, minMTU, maxMTU)
 		return
 	}
-	if carriesIPv6 && mtu < minMTUIPv6 {
-		c.add(path, "%d is below %d, the least IPv6 works with, and the tunnel has an IPv6 address", mtu, minMTUIPv6)
+	if carriesIPv6 && mtu < MinMTUIPv6 {
+		c.add(path, "%d is below %d, the least IPv6 works with, and the tunnel has an IPv6 address", mtu, MinMTUIPv6)
 	}
 }
 

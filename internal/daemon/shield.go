@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"log/slog"
-	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -27,9 +26,14 @@ type shield struct {
 	pins string
 
 	mu     sync.Mutex
-	links  map[string]link.Link // by interface name
-	index  map[string]int       // the index of the interface each link is attached to
-	ifaces []string             // where it is attached, in the order attached
+	links  map[string]attachment // by interface name
+	ifaces []string              // where it is attached, in the order attached
+}
+
+// attachment is the shield's link on one interface, and that interface's index.
+type attachment struct {
+	link  link.Link
+	index int
 }
 
 // startShield loads and attaches the shield. Failing to do so is not fatal: the
@@ -44,7 +48,7 @@ func startShield(log *slog.Logger, port uint16, ifaces []string, reg *prometheus
 		log.Warn("XDP shield not loaded; the daemon checks every packet itself (slower under attack)", "err", err)
 		return nil
 	}
-	s := &shield{log: log, prog: prog, pins: pins, links: make(map[string]link.Link), index: make(map[string]int)}
+	s := &shield{log: log, prog: prog, pins: pins, links: make(map[string]attachment)}
 	missing := 0
 	for _, name := range ifaces {
 		if _, err := net.InterfaceByName(name); err != nil {
@@ -79,7 +83,7 @@ func (s *shield) attachTo(name string) bool {
 		s.log.Warn("XDP shield not attached", "interface", name, "err", err)
 		return false
 	}
-	s.links[name], s.index[name] = l, ifc.Index
+	s.links[name] = attachment{l, ifc.Index}
 	if !slices.Contains(s.ifaces, name) {
 		s.ifaces = append(s.ifaces, name)
 	}
@@ -97,9 +101,8 @@ func (s *shield) detach(name string) {
 
 func (s *shield) detachLocked(name string) {
 	if old, ok := s.links[name]; ok {
-		_ = old.Close()
+		_ = old.link.Close()
 		delete(s.links, name)
-		delete(s.index, name)
 	}
 }
 
@@ -107,7 +110,11 @@ func (s *shield) detachLocked(name string) {
 func (s *shield) attached() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return maps.Clone(s.index)
+	index := make(map[string]int, len(s.links))
+	for name, a := range s.links {
+		index[name] = a.index
+	}
+	return index
 }
 
 // interfaces lists the interfaces the shield guards.
@@ -131,8 +138,8 @@ func (s *shield) close() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, l := range s.links {
-		l.Close()
+	for _, a := range s.links {
+		a.link.Close()
 	}
 	s.prog.Close()
 }

@@ -36,14 +36,12 @@ func resolveUplinks(ctx context.Context, ups []config.Uplink, headend config.End
 		if err != nil {
 			return nil, 0, fmt.Errorf("%s: %w", what, err)
 		}
-		mtu := u.MTU
-		if mtu == 0 {
-			if mtu, err = netcfg.InterfaceMTU(u.Interface); err != nil {
-				// Missing at start: the tunnel MTU assumes an Ethernet-sized uplink.
-				mtu = assumedUplinkMTU
-			}
+		inner, err := innerMTU(u, src)
+		if err != nil {
+			// Missing at start: the tunnel MTU assumes an Ethernet-sized uplink.
+			inner = assumedUplinkMTU - wire.OverheadFor(src)
 		}
-		if inner := mtu - wire.OverheadFor(src); tunnelMTU == 0 || inner < tunnelMTU {
+		if tunnelMTU == 0 || inner < tunnelMTU {
 			tunnelMTU = inner
 		}
 		class, err := sched.ParseClass(string(u.Class))
@@ -108,6 +106,19 @@ func uplinkPath(ctx context.Context, i int, u config.Uplink, headend config.Endp
 			"(fix DNS, or write the headend's address)", key, e.Host, version, src, err)
 	}
 	return src, netip.AddrPortFrom(addrs[0].Unmap(), e.Port), nil
+}
+
+// innerMTU is the largest inner packet uplink u carries when it sends from src: its
+// MTU (uplinks[].mtu, else its interface's) less the outer headers of src's version.
+func innerMTU(u config.Uplink, src netip.Addr) (int, error) {
+	mtu := u.MTU
+	if mtu == 0 {
+		var err error
+		if mtu, err = netcfg.InterfaceMTU(u.Interface); err != nil {
+			return 0, err
+		}
+	}
+	return mtu - wire.OverheadFor(src), nil
 }
 
 // errNotYet marks an uplink whose interface is missing or has no address yet: the CPE

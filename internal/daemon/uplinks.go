@@ -176,19 +176,16 @@ func (uw *uplinkWatch) fitTunnelMTU(id int, src netip.Addr) {
 		return // tunnel.mtu is set: the user's number stands
 	}
 	u := uw.uplinks[id]
-	mtu := u.MTU
-	if mtu == 0 {
-		var err error
-		if mtu, err = netcfg.InterfaceMTU(u.Interface); err != nil {
-			return
-		}
+	inner, err := innerMTU(u, src)
+	if err != nil {
+		return
 	}
-	inner := mtu - wire.OverheadFor(src)
+	mtu := inner + wire.OverheadFor(src)
 	cur, err := netcfg.InterfaceMTU(uw.tunName)
 	if err != nil || inner >= cur {
 		return
 	}
-	if inner < minTunnelMTU {
+	if inner < config.MinMTUIPv6 {
 		uw.log.Error(fmt.Sprintf("uplink MTU %d leaves %d for the tunnel, below IPv6's 1280: the tunnel stays at %d and the link's full-size packets will not fit; "+
 			"set tunnel.mtu, or leave this uplink out", mtu, inner, cur), "link", u.Name)
 		return
@@ -200,9 +197,6 @@ func (uw *uplinkWatch) fitTunnelMTU(id int, src netip.Addr) {
 	uw.log.Warn("tunnel MTU lowered to fit the uplink (set uplinks[].mtu or tunnel.mtu to have it from the start)",
 		"link", u.Name, "uplink_mtu", mtu, "from", cur, "to", inner)
 }
-
-// minTunnelMTU is the least MTU the tunnel may have: IPv6's minimum.
-const minTunnelMTU = 1280
 
 func (uw *uplinkWatch) restoreGatewayRoute(id int) {
 	u := uw.uplinks[id]
