@@ -52,7 +52,8 @@
 
 /*
  * LINK_PARAMS body: counter (u64), n (u8), then n entries of 12 bytes: link
- * id (u8), class (u8), 2 reserved zero bytes, rate (u64, bits/s, 0 unknown).
+ * id (u8), class (u8), MTU (u16, the largest inner packet the link takes, 0
+ * unknown), rate (u64, bits/s, 0 unknown).
  * Slow path only; described here so the C side knows every type's layout.
  */
 #define AGGD_LINK_PARAM_LEN 12

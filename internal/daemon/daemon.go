@@ -52,6 +52,10 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	if mtu == 0 {
 		mtu = autoMTU
 	}
+	for i := range uplinks {
+		// What the headend is told: no uplink takes more than the tunnel does.
+		uplinks[i].MTU = min(uplinks[i].MTU, mtu)
+	}
 	port := cfg.Headend.Endpoint.Port // every uplink's endpoint has it (config check)
 	if !cfg.BPF.Enabled || opts.NoBPF {
 		log.Info("BPF disabled (--no-bpf or bpf.enabled: false): forwarding in userspace, no XDP shield")
@@ -127,11 +131,7 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	for i, u := range uplinks {
 		headend[i] = u.Endpoint.Addr()
 	}
-	autoMTUTunnel := dev.Name()
-	if cfg.Tunnel.MTU != 0 {
-		autoMTUTunnel = ""
-	}
-	if err := watchUplinks(ctx, log, m, cpe, cfg.Uplinks, headend, autoMTUTunnel, created); err != nil {
+	if err := watchUplinks(ctx, log, m, cpe, cfg.Uplinks, headend, dev.Name(), cfg.Tunnel.MTU == 0, created); err != nil {
 		log.Warn("not watching the uplinks: a dead uplink leaves the bond only when its probes go unanswered, and an address change is not followed", "err", err)
 	}
 	if cfg.Fallback.Enabled {
@@ -188,6 +188,8 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 		return err
 	}
 	session := sessionConfig("", cfg.Reorder, cfg.Probe, cfg.AQM)
+	mtus := newPeerMTUs(log, dev.Name(), mtu, peers)
+	session.PeerMTU = mtus.announced
 	if cfg.BPF.Enabled && !opts.NoBPF {
 		if sh := startShield(log, cfg.Listen.Port(), shieldInterfaces(dev.Name()), m.Registry, host.keep.dir); sh != nil {
 			defer sh.close()
@@ -213,7 +215,7 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	}
 	log.Info("headend running", "tunnel", dev.Name(), "mtu", mtu, "listen", cfg.Listen, "peers", len(peers))
 	reloads := make(chan struct{})
-	go func() { defer close(reloads); reloadPeersOnRequest(ctx, log, opts, cfg, he, dev.Name()) }()
+	go func() { defer close(reloads); reloadPeersOnRequest(ctx, log, opts, cfg, he, dev.Name(), mtus) }()
 	err = he.Run(ctx) // returns once ctx is done
 	<-reloads         // a reload under way finishes before the deferred undo
 	return err

@@ -37,9 +37,10 @@ func resolveUplinks(ctx context.Context, ups []config.Uplink, headend config.End
 			return nil, 0, fmt.Errorf("%s: %w", what, err)
 		}
 		inner, err := innerMTU(u, src)
+		known := inner // what the headend is told; 0 while unknown
 		if err != nil {
 			// Missing at start: the tunnel MTU assumes an Ethernet-sized uplink.
-			inner = assumedUplinkMTU - wire.OverheadFor(src)
+			inner, known = assumedUplinkMTU-wire.OverheadFor(src), 0
 		}
 		if tunnelMTU == 0 || inner < tunnelMTU {
 			tunnelMTU = inner
@@ -49,7 +50,7 @@ func resolveUplinks(ctx context.Context, ups []config.Uplink, headend config.End
 			return nil, 0, fmt.Errorf("uplinks[%d].class: %w", i, err)
 		}
 		out = append(out, tunnel.Uplink{
-			Interface: u.Interface, Source: src, Endpoint: ep, Waiting: waiting,
+			Interface: u.Interface, Source: src, Endpoint: ep, Waiting: waiting, MTU: known,
 			Spec: tunnel.LinkSpec{
 				ID: uint8(i), Name: u.Name, Class: class,
 				TxRate: float64(u.RateUp), RxRate: float64(u.RateDown), Weight: float64(u.Weight),

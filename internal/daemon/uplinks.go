@@ -28,7 +28,8 @@ type uplinkWatch struct {
 	cpe     *tunnel.CPE
 	uplinks []config.Uplink
 	headend []netip.Addr        // the headend's address as each uplink reaches it
-	tunName string              // the tunnel interface, when its MTU is automatic; "" when tunnel.mtu is set
+	tunName string              // the tunnel interface
+	autoMTU bool                // its MTU is automatic (tunnel.mtu unset): fitMTU may lower it
 	created func(ifname string) // attaches the receive programs; nil without BPF
 
 	// recreated marks uplinks whose interface was created anew and whose socket is
@@ -40,7 +41,7 @@ type uplinkWatch struct {
 // watchUplinks starts following the uplinks until ctx ends. Without it (no netlink
 // access) the links still fail over, only later: when their probes go unanswered.
 func watchUplinks(ctx context.Context, log *slog.Logger, m *metrics.Set, cpe *tunnel.CPE, uplinks []config.Uplink,
-	headend []netip.Addr, autoMTUTunnel string, created func(string)) error {
+	headend []netip.Addr, tunName string, autoMTU bool, created func(string)) error {
 	names := make([]string, 0, len(uplinks))
 	for _, u := range uplinks {
 		names = append(names, u.Interface)
@@ -49,7 +50,7 @@ func watchUplinks(ctx context.Context, log *slog.Logger, m *metrics.Set, cpe *tu
 	if err != nil {
 		return err
 	}
-	uw := &uplinkWatch{log: log, m: m, cpe: cpe, uplinks: uplinks, headend: headend, tunName: autoMTUTunnel, created: created,
+	uw := &uplinkWatch{log: log, m: m, cpe: cpe, uplinks: uplinks, headend: headend, tunName: tunName, autoMTU: autoMTU, created: created,
 		recreated: make([]bool, len(uplinks))}
 	go func() {
 		uw.catchUp()
@@ -163,31 +164,39 @@ func (uw *uplinkWatch) rebind(id int, addr netip.Addr) {
 		return
 	}
 	uw.recreated[id] = false
-	uw.fitTunnelMTU(id, addr)
+	uw.fitMTU(id, addr)
 }
 
-// fitTunnelMTU lowers the tunnel's automatic MTU when an uplink, bound to an interface
-// the start did not see (it joined late, or came back as a new interface), carries
-// less: a full-size packet would not fit it (a PPPoE line's 1492, a mobile network's
-// 1430). New connections then use the lower MTU, and the kernel tells senders of
-// larger packets (path MTU discovery). It never raises the MTU back.
-func (uw *uplinkWatch) fitTunnelMTU(id int, src netip.Addr) {
-	if uw.tunName == "" {
-		return // tunnel.mtu is set: the user's number stands
-	}
+// fitMTU sizes the tunnel, and what the headend is told, to an uplink bound to an
+// interface the start did not see (it joined late, or came back as a new interface):
+// it may carry less than assumed (a PPPoE line's 1492, a mobile network's 1430).
+func (uw *uplinkWatch) fitMTU(id int, src netip.Addr) {
 	u := uw.uplinks[id]
 	inner, err := innerMTU(u, src)
 	if err != nil {
 		return
 	}
-	mtu := inner + wire.OverheadFor(src)
+	if uw.autoMTU {
+		uw.lowerTunnelMTU(u, inner, inner+wire.OverheadFor(src))
+	}
+	if cur, err := netcfg.InterfaceMTU(uw.tunName); err == nil {
+		inner = min(inner, cur)
+	}
+	uw.cpe.SetUplinkMTU(id, inner)
+}
+
+// lowerTunnelMTU lowers the tunnel's automatic MTU to inner when the uplink (of MTU
+// uplinkMTU) carries less than that. New connections then use the lower MTU, and the
+// kernel tells senders of larger packets (path MTU discovery). It never raises the
+// MTU back.
+func (uw *uplinkWatch) lowerTunnelMTU(u config.Uplink, inner, uplinkMTU int) {
 	cur, err := netcfg.InterfaceMTU(uw.tunName)
 	if err != nil || inner >= cur {
 		return
 	}
 	if inner < config.MinMTUIPv6 {
 		uw.log.Error(fmt.Sprintf("uplink MTU %d leaves %d for the tunnel, below IPv6's 1280: the tunnel stays at %d and the link's full-size packets will not fit; "+
-			"set tunnel.mtu, or leave this uplink out", mtu, inner, cur), "link", u.Name)
+			"set tunnel.mtu, or leave this uplink out", uplinkMTU, inner, cur), "link", u.Name)
 		return
 	}
 	if err := netcfg.SetMTU(uw.tunName, inner); err != nil {
@@ -195,7 +204,7 @@ func (uw *uplinkWatch) fitTunnelMTU(id int, src netip.Addr) {
 		return
 	}
 	uw.log.Warn("tunnel MTU lowered to fit the uplink (set uplinks[].mtu or tunnel.mtu to have it from the start)",
-		"link", u.Name, "uplink_mtu", mtu, "from", cur, "to", inner)
+		"link", u.Name, "uplink_mtu", uplinkMTU, "from", cur, "to", inner)
 }
 
 func (uw *uplinkWatch) restoreGatewayRoute(id int) {

@@ -44,6 +44,15 @@ func ConfigureTunnel(name string, mtu int, addrs []netip.Prefix) error {
 
 // AddRoutes routes each prefix into the named interface with the given metric.
 func AddRoutes(name string, prefixes []netip.Prefix, metric int) error {
+	return AddRoutesMTU(name, prefixes, metric, 0)
+}
+
+// AddRoutesMTU is AddRoutes with a path MTU on each route (0: none, the interface's
+// MTU applies). It replaces routes of the same prefix and metric, so it also changes
+// the MTU of routes already there. The kernel fragments, or answers "fragmentation
+// needed" / "packet too big" for, packets larger than a route's MTU before they reach
+// the interface, and TCP connections along it get a matching MSS.
+func AddRoutesMTU(name string, prefixes []netip.Prefix, metric, mtu int) error {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
 		return fmt.Errorf("netcfg: find %s: %w", name, err)
@@ -55,9 +64,10 @@ func AddRoutes(name string, prefixes []netip.Prefix, metric int) error {
 			Priority:  metric,
 			Protocol:  RouteProtocol,
 			Scope:     netlink.SCOPE_LINK,
+			MTU:       mtu,
 		}
 		if err := netlink.RouteReplace(r); err != nil {
-			return fmt.Errorf("netcfg: route %s via %s (metric %d): %w", p, name, metric, err)
+			return fmt.Errorf("netcfg: route %s via %s (metric %d, mtu %d): %w", p, name, metric, mtu, err)
 		}
 	}
 	return nil

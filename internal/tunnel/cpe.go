@@ -34,6 +34,11 @@ type Uplink struct {
 	// its interface and address appear (RebindUplink). Source is then only its IP
 	// version.
 	Waiting string
+	// MTU is the largest inner packet the uplink carries (its MTU less the outer
+	// headers, and no more than the tunnel's MTU), 0 while unknown. The headend is told
+	// (LINK_PARAMS), so that it sends no packet the uplink cannot take (SetUplinkMTU
+	// changes it).
+	MTU int
 }
 
 // CPEConfig is the CPE role's runtime configuration, already validated and resolved.
@@ -99,6 +104,7 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 			c.closeConns()
 			return nil, fmt.Errorf("uplink %s: %w", u.Spec.Name, err)
 		}
+		uc.mtu.Store(uint32(u.MTU))
 		c.conns = append(c.conns, uc)
 	}
 	return c, nil
@@ -350,11 +356,13 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 }
 
 // announceLinks tells the headend each uplink's class and downstream rate prior, so its
-// scheduler starts from the user's numbers rather than a guess.
+// scheduler starts from the user's numbers rather than a guess, and its MTU, so that
+// the headend sends nothing larger.
 func (c *CPE) announceLinks(s *Session) {
 	links := make([]wire.LinkParam, 0, len(c.cfg.Uplinks))
-	for _, u := range c.cfg.Uplinks {
-		links = append(links, wire.LinkParam{LinkID: u.Spec.ID, Class: uint8(u.Spec.Class), RateBps: uint64(u.Spec.RxRate)})
+	for i, u := range c.cfg.Uplinks {
+		links = append(links, wire.LinkParam{LinkID: u.Spec.ID, Class: uint8(u.Spec.Class),
+			MTU: uint16(c.conns[i].mtu.Load()), RateBps: uint64(u.Spec.RxRate)})
 	}
 	// On every link: at session start none is known to be up yet, and the message is
 	// small and once a second. Each copy takes its own control counter, or the peer's

@@ -38,6 +38,9 @@ type SessionConfig struct {
 	// inner destinations in Routes; the session does what the kernel hands up.
 	FastPath FastPath
 	Routes   []netip.Prefix
+	// PeerMTU, when set, is told the largest inner packet all the peer's links take
+	// (the smallest MTU its LINK_PARAMS announce) whenever that changes.
+	PeerMTU func(peer string, mtu int)
 }
 
 // sendStall is how long a write to a link's socket may take before the time counts as
@@ -68,7 +71,8 @@ type Session struct {
 	m          *metrics.Set
 	localIndex uint32 // the peer puts this in the header of packets to us
 	peerIndex  atomic.Uint32
-	fp         SessionPath // nil: everything in userspace
+	peerMTU    atomic.Int32 // the last MTU passed on to cfg.PeerMTU
+	fp         SessionPath  // nil: everything in userspace
 	keys       keyRing
 	deliver    func([]byte) // writes an in-order inner packet to the tunnel interface
 
@@ -575,8 +579,26 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 		}
 		s.setLinkIDs(ids)
 		s.schedDue.Store(true)
+		s.notePeerMTU(body.Links)
 	case wire.LinkNamesBody:
 		s.onLinkNames(body)
+	}
+}
+
+// notePeerMTU passes on the smallest MTU the peer announces for its links, when it
+// differs from the last one passed on.
+func (s *Session) notePeerMTU(links []wire.LinkParam) {
+	if s.cfg.PeerMTU == nil {
+		return
+	}
+	mtu := 0
+	for _, p := range links {
+		if p.MTU != 0 && (mtu == 0 || int(p.MTU) < mtu) {
+			mtu = int(p.MTU)
+		}
+	}
+	if mtu != 0 && int(s.peerMTU.Swap(int32(mtu))) != mtu {
+		s.cfg.PeerMTU(s.cfg.Peer, mtu)
 	}
 }
 

@@ -36,6 +36,9 @@ type uplinkConn struct {
 	// standIn: conn is standInSocket's, not yet bound to the uplink (set before the
 	// CPE runs, cleared by RebindUplink).
 	standIn atomic.Bool
+
+	// mtu is Uplink.MTU as it is now, announced to the headend.
+	mtu atomic.Uint32
 }
 
 func newUplinkConn(c *net.UDPConn) *uplinkConn {
@@ -112,6 +115,11 @@ func (c *CPE) UplinkSourcePresent(id int, present bool) {
 // UplinkWaiting reports whether uplink id is still on the stand-in socket it started
 // with, not yet bound to its interface (Uplink.Waiting).
 func (c *CPE) UplinkWaiting(id int) bool { return c.conns[id].standIn.Load() }
+
+// SetUplinkMTU changes what the headend is told of the largest inner packet uplink id
+// carries (Uplink.MTU): an uplink that joined late, or came back as a new interface,
+// may carry less than the start assumed. The next announcement (once a second) has it.
+func (c *CPE) SetUplinkMTU(id, mtu int) { c.conns[id].mtu.Store(uint32(mtu)) }
 
 // UplinkSource is the address uplink id's socket is bound to.
 func (c *CPE) UplinkSource(id int) netip.Addr {

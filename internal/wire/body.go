@@ -279,15 +279,18 @@ const (
 )
 
 // LinkParam is what the CPE announces about one uplink (12 bytes on the wire: link id,
-// class, 2 reserved zero bytes, rate): its class and its configured downstream rate in
-// bits per second, 0 when unknown.
+// class, MTU, rate): its class, the largest inner packet it takes over the uplink (0
+// when unknown), and its configured downstream rate in bits per second (0 when
+// unknown).
 type LinkParam struct {
 	LinkID, Class uint8
+	MTU           uint16
 	RateBps       uint64
 }
 
 func (p LinkParam) Append(dst []byte) []byte {
-	dst = append(dst, p.LinkID, p.Class, 0, 0)
+	dst = append(dst, p.LinkID, p.Class)
+	dst = binary.BigEndian.AppendUint16(dst, p.MTU)
 	return binary.BigEndian.AppendUint64(dst, p.RateBps)
 }
 
@@ -296,15 +299,13 @@ func parseLinkParam(b []byte) (LinkParam, error) {
 	if b[1] > LinkClassBackup {
 		return LinkParam{}, errorf(ReasonBadBody, "link params for link %d have undefined class %d", b[0], b[1])
 	}
-	if b[2]|b[3] != 0 {
-		return LinkParam{}, errorf(ReasonBadBody, "link params for link %d have non-zero reserved bytes", b[0])
-	}
-	return LinkParam{LinkID: b[0], Class: b[1], RateBps: binary.BigEndian.Uint64(b[4:])}, nil
+	return LinkParam{LinkID: b[0], Class: b[1], MTU: binary.BigEndian.Uint16(b[2:]), RateBps: binary.BigEndian.Uint64(b[4:])}, nil
 }
 
 // LinkParamsBody is the body of LINK_PARAMS: the CPE announces each uplink's class and
 // configured downstream rate, so the headend's scheduler starts from the user's numbers
-// rather than from nothing.
+// rather than from nothing, and the largest packet each uplink takes, so the headend
+// sends the CPE no packet its lines cannot carry.
 type LinkParamsBody struct {
 	Counter uint64
 	Links   []LinkParam

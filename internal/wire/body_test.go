@@ -110,18 +110,18 @@ func TestLossNoticeLayoutByHand(t *testing.T) {
 
 func TestLinkParamsLayoutByHand(t *testing.T) {
 	lp := LinkParamsBody{Counter: 0x0102030405060708, Links: []LinkParam{
-		{LinkID: 0, Class: LinkClassPrimary, RateBps: 0x1112131415161718},
-		{LinkID: 3, Class: LinkClassOverflow, RateBps: 50_000_000},
+		{LinkID: 0, Class: LinkClassPrimary, MTU: 0x0102, RateBps: 0x1112131415161718},
+		{LinkID: 3, Class: LinkClassOverflow, MTU: 1436, RateBps: 50_000_000},
 		{LinkID: 254, Class: LinkClassBackup, RateBps: 0},
 	}}
 	want := []byte{
 		1, 2, 3, 4, 5, 6, 7, 8, // counter
 		3,          // n
-		0, 0, 0, 0, // link 0, primary, reserved
+		0, 0, 1, 2, // link 0, primary, MTU 0x0102
 		0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18,
-		3, 1, 0, 0, // link 3, overflow, reserved
+		3, 1, 0x05, 0x9c, // link 3, overflow, MTU 1436
 		0, 0, 0, 0, 0x02, 0xfa, 0xf0, 0x80, // 50 Mbit/s
-		254, 2, 0, 0, // link 254, backup, reserved
+		254, 2, 0, 0, // link 254, backup, MTU unknown
 		0, 0, 0, 0, 0, 0, 0, 0, // rate unknown
 	}
 	got := lp.Marshal()
@@ -173,16 +173,19 @@ func TestLinkParamsBadClass(t *testing.T) {
 	}
 }
 
-func TestLinkParamsReservedBytesMustBeZero(t *testing.T) {
-	b := LinkParamsBody{Links: []LinkParam{{LinkID: 1}, {LinkID: 2}}}.Marshal()
-	for _, off := range []int{2, 3} {
-		for _, entry := range []int{0, 1} {
-			c := bytes.Clone(b)
-			c[listHeaderLen+entry*LinkParamLen+off] = 0x01
-			if _, err := ParseLinkParams(c); ReasonOf(err) != ReasonBadBody {
-				t.Errorf("entry %d reserved byte %d set: %v", entry, off, err)
-			}
-		}
+// Bytes 2-3 of an entry were reserved (zero) before they carried the MTU; a zero there
+// still reads as "MTU unknown", so a CPE that does not announce one changes nothing.
+func TestLinkParamsMTUBytes(t *testing.T) {
+	b := LinkParamsBody{Links: []LinkParam{{LinkID: 1}, {LinkID: 2, MTU: 1436}}}.Marshal()
+	back, err := ParseLinkParams(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Links[0].MTU != 0 || back.Links[1].MTU != 1436 {
+		t.Fatalf("MTUs %d, %d; want 0 (unknown), 1436", back.Links[0].MTU, back.Links[1].MTU)
+	}
+	if got := b[listHeaderLen+LinkParamLen+2:][:2]; !bytes.Equal(got, []byte{0x05, 0x9c}) {
+		t.Fatalf("entry 1's MTU on the wire: % x, want 05 9c (big-endian)", got)
 	}
 }
 

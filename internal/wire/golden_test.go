@@ -189,8 +189,8 @@ func goldenSpecs() []spec {
 	}}.Marshal())
 
 	linkParams := sealed(ctrlKey, ctrlHdr(wire.TypeLinkParams), wire.LinkParamsBody{Counter: 12, Links: []wire.LinkParam{
-		{LinkID: 0, Class: wire.LinkClassPrimary, RateBps: 100_000_000},
-		{LinkID: 1, Class: wire.LinkClassOverflow, RateBps: 0x0000_0102_0304_0506},
+		{LinkID: 0, Class: wire.LinkClassPrimary, MTU: 1436, RateBps: 100_000_000},
+		{LinkID: 1, Class: wire.LinkClassOverflow, MTU: 1444, RateBps: 0x0000_0102_0304_0506},
 		{LinkID: 2, Class: wire.LinkClassBackup, RateBps: 0},
 	}}.Marshal())
 	linkParamsEmpty := sealed(ctrlKey, ctrlHdr(wire.TypeLinkParams), wire.LinkParamsBody{Counter: 13}.Marshal())
@@ -277,7 +277,6 @@ func goldenSpecs() []spec {
 		{name: "bad_length_link_params_trailing_byte", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, extend(0)), reason: wire.ReasonBadLength},
 		{name: "bad_length_link_params_count_too_big", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, setByte(wire.HeaderLen+8, 4)), reason: wire.ReasonBadLength},
 		{name: "bad_body_link_params_class_3", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, setByte(wire.HeaderLen+9+12+1, 3)), reason: wire.ReasonBadBody},
-		{name: "bad_body_link_params_reserved", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, setByte(wire.HeaderLen+9+24+3, 1)), reason: wire.ReasonBadBody},
 		{name: "bad_length_link_names_trailing_byte", key: ctrlKey, pkt: resealed(ctrlKey, linkNames, extend(0)), reason: wire.ReasonBadLength},
 		{name: "bad_length_link_names_count_too_big", key: ctrlKey, pkt: resealed(ctrlKey, linkNames, setByte(wire.HeaderLen+8, 4)), reason: wire.ReasonBadLength},
 		{name: "bad_length_link_names_name_too_long", key: ctrlKey, pkt: resealed(ctrlKey, linkNames, setByte(firstName-1, 40)), reason: wire.ReasonBadLength},
@@ -499,12 +498,12 @@ func TestGoldenHandChecked(t *testing.T) {
 			"11223344" + // session
 			"00000000" + "00000000" + // seq, link seq: unused, 0
 			"01020304" + // timestamp
-			"ca4ee0fc97c2eb9b" + // SipHash-2-4(key c0..cf, header 0-19 || body)
+			"8c45ece605e60f23" + // SipHash-2-4(key c0..cf, header 0-19 || body)
 			"000000000000000c" + // counter 12
 			"03" + // n
-			"00" + "00" + "0000" + "0000000005f5e100" + // link 0, primary, reserved, 100 Mbit/s
-			"01" + "01" + "0000" + "0000010203040506" + // link 1, overflow, reserved, rate
-			"02" + "02" + "0000" + "0000000000000000" // link 2, backup, reserved, rate unknown
+			"00" + "00" + "059c" + "0000000005f5e100" + // link 0, primary, MTU 1436, 100 Mbit/s
+			"01" + "01" + "05a4" + "0000010203040506" + // link 1, overflow, MTU 1444, rate
+			"02" + "02" + "0000" + "0000000000000000" // link 2, backup, MTU unknown, rate unknown
 		wantValidPacket(t, vs["link_params"], want)
 	})
 

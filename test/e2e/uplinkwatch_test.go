@@ -271,6 +271,24 @@ func TestUplinkMissingAtStartJoinsLater(t *testing.T) {
 			if out := n.Run("cpe", "ip", "link", "show", "agg0"); !strings.Contains(out, fmt.Sprintf(" mtu %d ", want)) {
 				t.Errorf("agg0 after up3 joined: want mtu %d:\n%s", want, out)
 			}
+			// The headend hears of it: its route to the CPE takes the smaller MTU (no
+			// route MTU while the CPE takes agg0's full 1444).
+			routeMTU := ""
+			if tc.tunnelMTU != 0 {
+				routeMTU = fmt.Sprintf(" mtu %d", tc.tunnelMTU)
+			}
+			deadline = time.Now().Add(5 * time.Second)
+			for {
+				out := n.Run("hub", "ip", "route", "show", "100.64.0.2")
+				if strings.Contains(out, routeMTU) && (routeMTU != "" || !strings.Contains(out, " mtu ")) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("the headend's route to the CPE 5 s after up3 joined: want%q:\n%s", routeMTU, out)
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 		})
 	}
 }
