@@ -213,6 +213,25 @@ func (c *collector) checkBPF(b BPF) {
 	}
 }
 
+// checkBPFInterfaces checks the headend's bpf.interfaces. An interface missing now is
+// not an error (the shield goes on it when it appears), but its name must be one.
+func (c *collector) checkBPFInterfaces(names []string, tunnel string) {
+	seen := make(map[string]bool, len(names))
+	for i, name := range names {
+		path := fmt.Sprintf("bpf.interfaces[%d]", i)
+		c.checkInterface(path, name, nil)
+		switch {
+		case name == "lo":
+			c.add(path, "the loopback interface carries no traffic from the CPEs; list the interfaces their packets arrive on (see `ip route get <a CPE's address>`)")
+		case name == tunnel:
+			c.add(path, "%q is the tunnel interface (tunnel.interface), which carries the CPEs' inner traffic; list the interfaces their tunnel packets arrive on", name)
+		case seen[name]:
+			c.add(path, "%q is listed twice", name)
+		}
+		seen[name] = true
+	}
+}
+
 func (c *collector) checkProbe(p Probe) {
 	if p.Interval < minProbeInterval || p.Interval > maxProbeInterval {
 		c.add("probe.interval", "%s is out of range %s..%s", p.Interval, minProbeInterval, maxProbeInterval)

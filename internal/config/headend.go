@@ -28,8 +28,24 @@ type Headend struct {
 	Metrics Metrics `yaml:"metrics"`
 	// Log configures logging.
 	Log Log `yaml:"log"`
-	// BPF configures the kernel fast path.
-	BPF BPF `yaml:"bpf"`
+	// BPF configures the kernel fast path, and where it goes.
+	BPF HeadendBPF `yaml:"bpf"`
+}
+
+// HeadendBPF is BPF with the headend's choice of interfaces (a CPE's are its uplinks).
+type HeadendBPF struct {
+	Enabled  bool   `yaml:"enabled"`
+	FastPath bool   `yaml:"fast_path"`
+	PinDir   string `yaml:"pin_dir"`
+	// Interfaces lists where the CPEs' tunnel traffic arrives: the XDP shield, and with
+	// the fast path its receive program, go there. Empty: the interfaces of the default
+	// routes and of the listen address.
+	Interfaces []string `yaml:"interfaces"`
+}
+
+// Common is the part of b both modes have.
+func (b HeadendBPF) Common() BPF {
+	return BPF{Enabled: b.Enabled, FastPath: b.FastPath, PinDir: b.PinDir}
 }
 
 // HeadendTunnel configures the headend's side of the tunnels.
@@ -79,7 +95,7 @@ func DefaultHeadend() *Headend {
 		AQM:     defaultAQM(),
 		Metrics: defaultMetrics(),
 		Log:     defaultLog(),
-		BPF:     defaultBPF(),
+		BPF:     HeadendBPF{Enabled: defaultBPF().Enabled, PinDir: defaultBPF().PinDir},
 	}
 }
 
@@ -130,7 +146,8 @@ func (c *collector) checkHeadend(cfg *Headend, opts Options) {
 	c.checkReorder(cfg.Reorder)
 	c.checkProbe(cfg.Probe)
 	c.checkAQM(cfg.AQM)
-	c.checkBPF(cfg.BPF)
+	c.checkBPF(cfg.BPF.Common())
+	c.checkBPFInterfaces(cfg.BPF.Interfaces, cfg.Tunnel.Interface)
 }
 
 // claim is a prefix a peer asks the headend to route to it.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"strings"
 
 	"github.com/aggd/aggd/internal/config"
 	"github.com/aggd/aggd/internal/handshake"
@@ -107,7 +108,7 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 		}
 		// The shield spots tunnel packets by destination port: the uplink sockets bind
 		// the headend's port so that replies to them carry it.
-		if sh := startShield(log, port, ifaces, m.Registry, host.keep.dir); sh != nil {
+		if sh := startShield(log, port, ifaces, false, m.Registry, host.keep.dir); sh != nil {
 			defer sh.close()
 			session.Keys = sh.observer()
 			localPort = port
@@ -191,7 +192,12 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	mtus := newPeerMTUs(log, dev.Name(), mtu, peers)
 	session.PeerMTU = mtus.announced
 	if cfg.BPF.Enabled && !opts.NoBPF {
-		if sh := startShield(log, cfg.Listen.Port(), shieldInterfaces(dev.Name()), m.Registry, host.keep.dir); sh != nil {
+		ifaces := headendInterfaces(cfg, dev.Name())
+		if len(cfg.BPF.Interfaces) == 0 {
+			log.Info("XDP shield goes on the interfaces of the default routes and of the listen address "+
+				"(set bpf.interfaces if the CPEs' packets arrive elsewhere)", "interfaces", strings.Join(ifaces, ","))
+		}
+		if sh := startShield(log, cfg.Listen.Port(), ifaces, true, m.Registry, host.keep.dir); sh != nil {
 			defer sh.close()
 			session.Keys = sh.observer()
 			fp := tryFastPath(log, fastPathOn, cfg.Listen.Port(), dev.Name(), mtu, sh, m, host.keep)
@@ -202,7 +208,7 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 			// Stopped before the fast path and the shield close (defers run last first).
 			wctx, stop := context.WithCancel(ctx)
 			defer stop()
-			watchNewInterfaces(wctx, log, sh, dev.Name(),
+			watchNewInterfaces(wctx, log, sh, func() []string { return headendInterfaces(cfg, dev.Name()) },
 				func(name string) { interfaceCreated(log, sh, fp, name) },
 				func(name string) { interfaceDeleted(sh, fp, name) })
 		}

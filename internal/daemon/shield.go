@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aggd/aggd/internal/bpf"
+	"github.com/aggd/aggd/internal/config"
+	"github.com/aggd/aggd/internal/netcfg"
 	"github.com/aggd/aggd/internal/tunnel"
 )
 
@@ -41,8 +43,9 @@ type attachment struct {
 //
 // With pins (the fast path's persistence) its maps and links are pinned there, and an
 // earlier run's are adopted: the session keys it holds keep the earlier run's traffic
-// passing until its sessions are retired.
-func startShield(log *slog.Logger, port uint16, ifaces []string, reg *prometheus.Registry, pins string) *shield {
+// passing until its sessions are retired. With more, the shield is kept even when it
+// is attached nowhere yet: the caller attaches it to interfaces as they come.
+func startShield(log *slog.Logger, port uint16, ifaces []string, more bool, reg *prometheus.Registry, pins string) *shield {
 	prog, err := bpf.LoadShieldPinned(port, pins)
 	if err != nil {
 		log.Warn("XDP shield not loaded; the daemon checks every packet itself (slower under attack)", "err", err)
@@ -59,9 +62,13 @@ func startShield(log *slog.Logger, port uint16, ifaces []string, reg *prometheus
 		s.attachTo(name)
 	}
 	if len(s.links) == 0 && missing == 0 {
-		log.Warn("XDP shield not attached anywhere; the daemon checks every packet itself (slower under attack)")
-		prog.Close()
-		return nil
+		if !more {
+			log.Warn("XDP shield not attached anywhere; the daemon checks every packet itself (slower under attack)")
+			prog.Close()
+			return nil
+		}
+		log.Warn("XDP shield not attached anywhere yet (no interface to attach to: no default route, and bpf.interfaces unset?); " +
+			"the daemon checks every packet itself until one comes up")
 	}
 	reg.MustRegister(shieldCollector{prog: prog})
 	return s
@@ -184,30 +191,36 @@ func (c shieldCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// shieldInterfaces lists where the headend's tunnel traffic may arrive: every interface
-// that is up, except loopback and the tunnel itself (its packets are inner traffic).
-func shieldInterfaces(tunName string) []string {
-	ifcs, err := net.Interfaces()
-	if err != nil {
-		return nil
+// headendInterfaces lists where the CPEs' tunnel traffic arrives at the headend, so
+// where the shield goes: bpf.interfaces if set, else the interfaces of the default
+// routes and the one holding the listen address (unless it is loopback). Not every
+// interface that is up: a host running containers has a veth or a bridge per container,
+// and a shield on those would make their traffic pay for XDP (a veth copies every
+// packet an XDP program may see) and, with the fast path, steer their receive
+// processing to one CPU.
+func headendInterfaces(cfg *config.Headend, tunName string) []string {
+	if len(cfg.BPF.Interfaces) > 0 {
+		return slices.Clone(cfg.BPF.Interfaces)
 	}
-	var out []string
-	for _, i := range ifcs {
-		if i.Flags&net.FlagUp == 0 || i.Flags&net.FlagLoopback != 0 || i.Name == tunName {
-			continue
+	names := netcfg.DefaultRouteInterfaces()
+	if a := cfg.Listen.Addr(); !a.IsUnspecified() {
+		if name, err := netcfg.InterfaceWithAddress(a); err == nil && name != "lo" {
+			names = append(names, name)
 		}
-		out = append(out, i.Name)
 	}
-	return out
+	names = slices.DeleteFunc(names, func(n string) bool { return n == tunName })
+	slices.Sort(names)
+	return slices.Compact(names)
 }
 
 // watchNewInterfaces follows the headend's interfaces until ctx ends, so that tunnel
 // traffic is guarded (and, with the fast path, delivered in the kernel) on whichever
-// it arrives (shieldInterfaces): created is called for each interface that is up and
-// not attached to under its current index (one that came up after the start, or came
-// back as a new interface of an old name), deleted for each attached one that goes
-// away. The CPE follows its uplinks through netwatch instead (uplinkWatch).
-func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, tunName string, created, deleted func(name string)) {
+// it arrives: created is called for each interface wanted lists (headendInterfaces, at
+// the time) that is up and not attached to under its current index (one that came up
+// after the start, or came back as a new interface of an old name), deleted for each
+// attached one that goes away. The CPE follows its uplinks through netwatch instead
+// (uplinkWatch).
+func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, wanted func() []string, created, deleted func(name string)) {
 	go func() {
 		for ctx.Err() == nil {
 			// Each subscription lists the existing interfaces first: what came up
@@ -220,7 +233,7 @@ func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, tunNa
 			if err != nil {
 				log.Warn("cannot watch for new interfaces; retrying", "err", err)
 			} else {
-				followInterfaces(updates, sh, tunName, created, deleted)
+				followInterfaces(updates, sh, wanted, created, deleted)
 			}
 			select {
 			case <-ctx.Done():
@@ -231,13 +244,10 @@ func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, tunNa
 }
 
 // followInterfaces acts on link updates until the channel closes.
-func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, tunName string, created, deleted func(string)) {
+func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func() []string, created, deleted func(string)) {
 	tried := make(map[string]int) // the index created was last called for, by name: once per interface
 	for u := range updates {
 		a := u.Attrs()
-		if a.Flags&net.FlagLoopback != 0 || a.Name == tunName {
-			continue
-		}
 		index, ok := sh.attached()[a.Name]
 		switch {
 		case u.Header.Type == unix.RTM_DELLINK:
@@ -245,7 +255,7 @@ func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, tunName str
 			if ok && index == a.Index {
 				deleted(a.Name)
 			}
-		case a.Flags&net.FlagUp != 0 && (!ok || index != a.Index) && tried[a.Name] != a.Index:
+		case a.Flags&net.FlagUp != 0 && (!ok || index != a.Index) && tried[a.Name] != a.Index && slices.Contains(wanted(), a.Name):
 			tried[a.Name] = a.Index
 			created(a.Name)
 		}

@@ -36,3 +36,54 @@ func GlobalAddresses(name string, v6 bool) ([]netip.Addr, error) {
 	}
 	return out, nil
 }
+
+// InterfaceWithAddress returns the name of the interface that holds addr.
+func InterfaceWithAddress(addr netip.Addr) (string, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return "", fmt.Errorf("netcfg: list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.Unmap() == addr.Unmap() {
+			l, err := netlink.LinkByIndex(a.LinkIndex)
+			if err != nil {
+				return "", fmt.Errorf("netcfg: interface of %s: %w", addr, err)
+			}
+			return l.Attrs().Name, nil
+		}
+	}
+	return "", fmt.Errorf("netcfg: no interface has %s", addr)
+}
+
+// DefaultRouteInterfaces returns the names of the interfaces the main table's default
+// routes (IPv4 and IPv6, each next hop of a multipath one) go out of, in no order and
+// possibly repeated. Errors leave a family out: the caller asks where traffic from the
+// internet arrives, and no answer is an answer.
+func DefaultRouteInterfaces() []string {
+	var names []string
+	add := func(index int) {
+		if l, err := netlink.LinkByIndex(index); err == nil {
+			names = append(names, l.Attrs().Name)
+		}
+	}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		routes, err := netlink.RouteList(nil, fam)
+		if err != nil {
+			continue
+		}
+		for _, r := range routes {
+			if r.Dst != nil {
+				if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+					continue
+				}
+			}
+			if r.LinkIndex != 0 {
+				add(r.LinkIndex)
+			}
+			for _, nh := range r.MultiPath {
+				add(nh.LinkIndex)
+			}
+		}
+	}
+	return names
+}

@@ -176,6 +176,18 @@ type bondOptions struct {
 	// noWait returns once both daemons run, without waiting for the bond to be ready
 	// (a test that starts it with an uplink missing).
 	noWait bool
+	// autoInterfaces leaves bpf.interfaces out of the headend's config: it picks where
+	// its shield goes itself (the default routes' interfaces). Otherwise the config
+	// lists the uplinks' hl1..hl3 and the second CPE's hm1, hm2 (TestHeadendServesTwoCPEs).
+	autoInterfaces bool
+}
+
+// hubInterfaces is the headend config's bpf.interfaces line for opts.
+func hubInterfaces(opts bondOptions) string {
+	if opts.autoInterfaces {
+		return ""
+	}
+	return "  interfaces: [hl1, hl2, hl3, hm1, hm2]\n"
 }
 
 // startBondWith is startBond with the CPE config varied by opts.
@@ -221,7 +233,7 @@ log:
   level: debug
 bpf:
   pin_dir: %s
-`, filepath.Join(dir, "hub.key"), listen, cpeKey, pinRoot))
+%s`, filepath.Join(dir, "hub.key"), listen, cpeKey, pinRoot, hubInterfaces(opts)))
 
 	// AGGD_E2E_DAEMON_ARGS adds options to both daemons of every test (e.g. --fast-path:
 	// `make test` runs the suite once more with it, so the userspace tests check the

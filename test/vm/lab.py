@@ -1140,6 +1140,9 @@ peers:
     tunnel_address: [100.64.0.2/32]
 log:
   level: {AGGD_LOG_LEVEL}
+bpf:
+  # where the CPE's tunnel packets arrive (the lab's headend has no default route)
+  interfaces: [{", ".join(f"hl{l['index']}" for l in self.sc["links"])}]
 {extra_hub}""")
         for who in ("cpe", "hub"):
             r = subprocess.run(["ip", "netns", "exec", ns(who), AGGD, "check-config", os.path.join(w, who + ".yaml")],
