@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -15,6 +16,7 @@ import (
 	"github.com/aggd/aggd/internal/config"
 	"github.com/aggd/aggd/internal/fallback"
 	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/netcfg"
 	"github.com/aggd/aggd/internal/tunnel"
 )
 
@@ -29,8 +31,13 @@ type headendWatch struct {
 	router  fallback.Router
 	cpe     *tunnel.CPE
 	direct  bool
-	uplink  config.Uplink // the uplink direct traffic leaves by, and its exit
-	exit    fallback.Exit
+	exits   []directExit // where direct traffic leaves, one per IP version that can
+}
+
+// directExit is the uplink direct traffic of one IP version leaves by, and its exit.
+type directExit struct {
+	uplink config.Uplink
+	exit   fallback.Exit
 }
 
 // fallbackPoll is how often the watch looks at the headend's silence.
@@ -87,20 +94,20 @@ func (w *headendWatch) check() {
 	}
 	switch {
 	case !w.direct && silent > w.cfg.DirectAfter:
-		u, exit, err := w.chooseExit()
+		exits, err := w.chooseExits(nil)
 		if err == nil {
-			err = w.router.Direct(exit)
+			err = w.router.Direct(exitsOf(exits))
 		}
 		if err != nil {
 			w.log.Warn("headend silent, but cannot route directly; LAN traffic keeps waiting for the bond",
 				"silent", silent.Round(time.Second), "err", err)
 			return
 		}
-		w.direct, w.uplink, w.exit = true, u, exit
+		w.direct, w.exits = true, exits
 		w.m.FallbackDirect.Set(1)
 		w.m.FallbackTransitions.WithLabelValues("direct").Inc()
 		w.log.Warn("headend silent: new LAN connections now leave directly (NAT to the uplink's address)",
-			"silent", silent.Round(time.Second), "via", exit.Interface, "gateway", exit.Gateway)
+			"silent", silent.Round(time.Second), "exits", describeExits(exits))
 	case w.direct && silent < w.heard:
 		if err := w.router.Bond(); err != nil {
 			w.log.Warn("headend answers again, but cannot switch new connections back to the bond", "err", err)
@@ -110,55 +117,99 @@ func (w *headendWatch) check() {
 		w.m.FallbackDirect.Set(0)
 		w.m.FallbackTransitions.WithLabelValues("bond").Inc()
 		w.log.Info("headend answers again: new connections use the bond; direct ones stay direct until they end",
-			"via", w.exit.Interface)
+			"exits", describeExits(w.exits))
 	}
 }
 
-// keepExit moves direct routing to another uplink if the current one lost its carrier,
-// its address or its next hop (and re-installs the route, which the kernel deletes when
-// the interface goes down). Connections already direct through the old uplink keep its
-// address and break; new ones work.
+// keepExit moves direct routing of an IP version to another uplink if its current one
+// lost its carrier, its address or its next hop, and re-installs the routes (the kernel
+// deletes a route when its interface goes down). Connections already direct through
+// the old uplink keep its address and break; new ones work.
 func (w *headendWatch) keepExit() {
-	exit, err := usableExit(w.uplink)
-	if err == nil && exit == w.exit {
-		if err := w.router.Refresh(exit); err != nil {
-			w.log.Warn("cannot refresh the direct route", "via", exit.Interface, "err", err)
+	exits, err := w.chooseExits(w.exits)
+	if err == nil && slices.Equal(exitsOf(exits), exitsOf(w.exits)) {
+		if err := w.router.Refresh(exitsOf(exits)); err != nil {
+			w.log.Warn("cannot refresh the direct routes", "err", err)
 		}
 		return
 	}
-	u, exit, err := w.chooseExit()
 	if err == nil {
-		err = w.router.Direct(exit)
+		err = w.router.Direct(exitsOf(exits))
 	}
 	if err != nil {
-		w.log.Warn("direct uplink lost and no other can carry direct traffic", "was", w.exit.Interface, "err", err)
+		w.log.Warn("direct uplinks lost and no other can carry direct traffic", "exits", describeExits(w.exits), "err", err)
 		return
 	}
-	w.log.Warn("direct traffic moved to another uplink", "from", w.exit.Interface, "to", exit.Interface, "gateway", exit.Gateway)
-	w.uplink, w.exit = u, exit
+	w.log.Warn("direct traffic moved to other uplinks", "from", describeExits(w.exits), "to", describeExits(exits))
+	w.exits = exits
 }
 
-// chooseExit picks the uplink for direct traffic: the first primary uplink (in config
-// order) that has carrier, an IPv4 address and a next hop (its configured gateway, the
-// gateway of a default route on it, or none on a point-to-point link); then the others.
-func (w *headendWatch) chooseExit() (config.Uplink, fallback.Exit, error) {
+// chooseExits picks, for IPv4 and for IPv6, the uplink direct traffic leaves by: the
+// current one (in was) while it still can, else the first primary uplink (in config
+// order) that has carrier, an address of the version and a next hop (its configured
+// gateway, the gateway of a default route on it, or none on a point-to-point link),
+// then the others. A version no uplink can carry is left out (its new connections
+// keep waiting for the bond); none at all is an error.
+func (w *headendWatch) chooseExits(was []directExit) ([]directExit, error) {
+	var out []directExit
 	var errs []error
+	for _, v6 := range []bool{false, true} {
+		if e, ok := w.chooseExit(was, v6, &errs); ok {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no uplink can carry direct traffic: %w", errors.Join(errs...))
+	}
+	return out, nil
+}
+
+func (w *headendWatch) chooseExit(was []directExit, v6 bool, errs *[]error) (directExit, bool) {
+	for _, cur := range was {
+		if cur.exit.IPv6 == v6 {
+			if exit, err := usableExit(cur.uplink, v6); err == nil && exit == cur.exit {
+				return cur, true
+			}
+		}
+	}
 	for _, primary := range []bool{true, false} {
 		for _, u := range w.uplinks {
 			if (u.Class == config.ClassPrimary) != primary {
 				continue
 			}
-			exit, err := usableExit(u)
+			exit, err := usableExit(u, v6)
 			if err == nil {
-				return u, exit, nil
+				return directExit{u, exit}, true
 			}
-			errs = append(errs, fmt.Errorf("%s: %w", u.Name, err))
+			*errs = append(*errs, fmt.Errorf("%s: %w", u.Name, err))
 		}
 	}
-	return config.Uplink{}, fallback.Exit{}, fmt.Errorf("no uplink can carry direct traffic: %w", errors.Join(errs...))
+	return directExit{}, false
 }
 
-func usableExit(u config.Uplink) (fallback.Exit, error) {
+func exitsOf(d []directExit) []fallback.Exit {
+	out := make([]fallback.Exit, 0, len(d))
+	for _, e := range d {
+		out = append(out, e.exit)
+	}
+	return out
+}
+
+// describeExits names each IP version's exit, for the log.
+func describeExits(d []directExit) string {
+	desc := map[bool]string{false: "none", true: "none"}
+	for _, e := range d {
+		desc[e.exit.IPv6] = e.exit.Interface
+		if e.exit.Gateway.IsValid() {
+			desc[e.exit.IPv6] += " via " + e.exit.Gateway.String()
+		}
+	}
+	return "IPv4: " + desc[false] + ", IPv6: " + desc[true]
+}
+
+// usableExit returns the exit uplink u offers IPv4 (IPv6 if v6) direct traffic, or why
+// it offers none.
+func usableExit(u config.Uplink, v6 bool) (fallback.Exit, error) {
 	l, err := netlink.LinkByName(u.Interface)
 	if err != nil {
 		return fallback.Exit{}, err
@@ -167,21 +218,24 @@ func usableExit(u config.Uplink) (fallback.Exit, error) {
 	if a.RawFlags&unix.IFF_LOWER_UP == 0 || a.Flags&net.FlagUp == 0 {
 		return fallback.Exit{}, errors.New("no carrier")
 	}
-	addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
-	if err != nil || len(addrs) == 0 {
-		return fallback.Exit{}, errors.New("no IPv4 address")
+	fam, version := netlink.FAMILY_V4, "IPv4"
+	if v6 {
+		fam, version = netlink.FAMILY_V6, "IPv6"
 	}
-	exit := fallback.Exit{Interface: u.Interface}
-	if u.Gateway.Is4() {
+	if addrs, err := netcfg.GlobalAddresses(u.Interface, v6); err != nil || len(addrs) == 0 {
+		return fallback.Exit{}, fmt.Errorf("no global %s address", version)
+	}
+	exit := fallback.Exit{Interface: u.Interface, IPv6: v6}
+	if u.Gateway.IsValid() && u.Gateway.Is6() == v6 {
 		exit.Gateway = u.Gateway
 		return exit, nil
 	}
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4,
+	routes, err := netlink.RouteListFiltered(fam,
 		&netlink.Route{LinkIndex: a.Index, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
 	if err == nil {
 		for _, r := range routes {
 			if (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw != nil {
-				if gw, ok := netip.AddrFromSlice(r.Gw); ok && gw.Unmap().Is4() {
+				if gw, ok := netip.AddrFromSlice(r.Gw); ok && gw.Unmap().Is6() == v6 {
 					exit.Gateway = gw.Unmap()
 					return exit, nil
 				}
@@ -191,5 +245,5 @@ func usableExit(u config.Uplink) (fallback.Exit, error) {
 	if a.Flags&net.FlagPointToPoint != 0 {
 		return exit, nil
 	}
-	return fallback.Exit{}, errors.New("no gateway: set the uplink's gateway in the config")
+	return fallback.Exit{}, fmt.Errorf("no %s gateway: set the uplink's gateway in the config, or give it a default route", version)
 }

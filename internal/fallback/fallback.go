@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -46,12 +47,23 @@ const (
 	RulePriority = 24935
 )
 
-// Exit is where direct connections leave: an uplink interface and its next hop (none
-// on a point-to-point link).
+// Exit is where direct connections of one IP version leave: an uplink interface and
+// its next hop (none on a point-to-point link).
 type Exit struct {
 	Interface string
 	Gateway   netip.Addr
+	IPv6      bool // the exit of IPv6 connections, else of IPv4 ones
 }
+
+func (e Exit) family() int {
+	if e.IPv6 {
+		return netlink.FAMILY_V6
+	}
+	return netlink.FAMILY_V4
+}
+
+// families are the IP versions direct routing handles, each with its own route and rule.
+var families = []int{netlink.FAMILY_V4, netlink.FAMILY_V6}
 
 // Router installs and switches the fallback. Uplinks and Tunnel name the interfaces
 // whose traffic is never a LAN connection.
@@ -60,25 +72,36 @@ type Router struct {
 	Tunnel  string
 }
 
-// Direct turns direct routing on through exit: it installs the route, the rule and the
-// table (with the marking rule for new connections).
-func (r *Router) Direct(exit Exit) error {
-	if err := setRoute(exit); err != nil {
-		return err
-	}
-	if err := addRule(); err != nil {
+// Direct turns direct routing on through exits (one per IP version that has one): it
+// installs their routes and rules, removes those of a version without an exit (its
+// new connections keep waiting for the bond), and installs the table (with the marking
+// rule for new connections).
+func (r *Router) Direct(exits []Exit) error {
+	if err := r.Refresh(exits); err != nil {
 		return err
 	}
 	return r.install(true)
 }
 
-// Refresh re-installs the route and rule of exit if they went missing (the kernel
-// deletes a route when its interface goes down); the nftables table is left alone.
-func (r *Router) Refresh(exit Exit) error {
-	if err := setRoute(exit); err != nil {
-		return err
+// Refresh makes the routes and rules those of exits: it re-installs those that went
+// missing (the kernel deletes a route when its interface goes down) and removes those
+// of a version without an exit; the nftables table is left alone.
+func (r *Router) Refresh(exits []Exit) error {
+	var errs []error
+	for _, fam := range families {
+		i := slices.IndexFunc(exits, func(e Exit) bool { return e.family() == fam })
+		if i < 0 {
+			errs = append(errs, removeRoutes(fam), removeRule(fam))
+			continue
+		}
+		if err := setRoute(exits[i]); err != nil {
+			return err
+		}
+		if err := addRule(fam); err != nil {
+			return err
+		}
 	}
-	return addRule()
+	return errors.Join(errs...)
 }
 
 // Bond turns direct routing off for new connections; established direct connections
@@ -130,7 +153,7 @@ func (r *Router) install(markNew bool) error {
 	return nil
 }
 
-// Remove deletes the table, the rule and the route, whichever exist.
+// Remove deletes the table, the rules and the routes, whichever exist.
 func Remove() error {
 	var errs []error
 	if c, err := nftables.New(); err != nil {
@@ -140,25 +163,8 @@ func Remove() error {
 			errs = append(errs, fmt.Errorf("delete table inet %s: %w", TableName, err))
 		}
 	}
-	rules, err := netlink.RuleList(netlink.FAMILY_V4)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for i := range rules {
-		if rules[i].Table == Table && rules[i].Priority == RulePriority {
-			if err := netlink.RuleDel(&rules[i]); err != nil {
-				errs = append(errs, fmt.Errorf("delete routing rule: %w", err))
-			}
-		}
-	}
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: Table}, netlink.RT_FILTER_TABLE)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for i := range routes {
-		if err := netlink.RouteDel(&routes[i]); err != nil {
-			errs = append(errs, fmt.Errorf("delete route in table %d: %w", Table, err))
-		}
+	for _, fam := range families {
+		errs = append(errs, removeRule(fam), removeRoutes(fam))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("fallback: cleanup: %w", err)
@@ -166,16 +172,49 @@ func Remove() error {
 	return nil
 }
 
-// setRoute makes the exit the one default route of Table.
+// removeRule deletes the rule of family fam that selects Table, if there is one.
+func removeRule(fam int) error {
+	rules, err := netlink.RuleList(fam)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range rules {
+		if rules[i].Table == Table && rules[i].Priority == RulePriority {
+			if err := netlink.RuleDel(&rules[i]); err != nil {
+				errs = append(errs, fmt.Errorf("delete routing rule: %w", err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeRoutes deletes the routes of family fam in Table.
+func removeRoutes(fam int) error {
+	routes, err := netlink.RouteListFiltered(fam, &netlink.Route{Table: Table}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range routes {
+		if err := netlink.RouteDel(&routes[i]); err != nil {
+			errs = append(errs, fmt.Errorf("delete route in table %d: %w", Table, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setRoute makes the exit the one default route of its IP version in Table.
 func setRoute(exit Exit) error {
 	l, err := netlink.LinkByName(exit.Interface)
 	if err != nil {
 		return fmt.Errorf("fallback: uplink %s: %w", exit.Interface, err)
 	}
-	r := &netlink.Route{
-		LinkIndex: l.Attrs().Index, Table: Table,
-		Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}, Protocol: netcfg.RouteProtocol,
+	dst := &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}
+	if exit.IPv6 {
+		dst = &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
 	}
+	r := &netlink.Route{LinkIndex: l.Attrs().Index, Table: Table, Dst: dst, Protocol: netcfg.RouteProtocol}
 	if exit.Gateway.IsValid() {
 		r.Gw = exit.Gateway.AsSlice()
 	} else {
@@ -187,9 +226,9 @@ func setRoute(exit Exit) error {
 	return nil
 }
 
-// addRule adds "fwmark Mark lookup Table" unless it is there.
-func addRule() error {
-	rules, err := netlink.RuleList(netlink.FAMILY_V4)
+// addRule adds "fwmark Mark lookup Table" for family fam unless it is there.
+func addRule(fam int) error {
+	rules, err := netlink.RuleList(fam)
 	if err != nil {
 		return fmt.Errorf("fallback: list routing rules: %w", err)
 	}
@@ -199,7 +238,7 @@ func addRule() error {
 		}
 	}
 	r := netlink.NewRule()
-	r.Family, r.Table, r.Priority, r.Mark = netlink.FAMILY_V4, Table, RulePriority, Mark
+	r.Family, r.Table, r.Priority, r.Mark = fam, Table, RulePriority, Mark
 	mask := uint32(0xffffffff)
 	r.Mask = &mask
 	if err := netlink.RuleAdd(r); err != nil {

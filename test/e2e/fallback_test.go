@@ -23,6 +23,21 @@ func TestHeadendSilenceFallsBackToDirectRouting(t *testing.T) {
 	n := newTopology(t)
 	// The server needs a route back to the uplinks' addresses for direct traffic.
 	n.Run("srv", "ip", "route", "add", "default", "via", "10.97.0.1")
+	// IPv6 too: the LAN, up1 (whose default route names its IPv6 gateway, as an ISP's
+	// router advertisement would) and the server's network.
+	for _, c := range [][]string{
+		{"lan", "ip", "-6", "addr", "add", "fd00:99::2/64", "dev", "eth0", "nodad"},
+		{"lan", "ip", "-6", "route", "add", "default", "via", "fd00:99::1"},
+		{"cpe", "ip", "-6", "addr", "add", "fd00:99::1/64", "dev", "lan0", "nodad"},
+		{"cpe", "ip", "-6", "addr", "add", "2001:db8:98:1::2/64", "dev", "up1", "nodad"},
+		{"cpe", "ip", "-6", "route", "add", "default", "via", "2001:db8:98:1::1", "dev", "up1", "metric", "1024"},
+		{"hub", "ip", "-6", "addr", "add", "2001:db8:98:1::1/64", "dev", "hl1", "nodad"},
+		{"hub", "ip", "-6", "addr", "add", "2001:db8:97::1/64", "dev", "wan0", "nodad"},
+		{"srv", "ip", "-6", "addr", "add", serverIPv6 + "/64", "dev", "eth0", "nodad"},
+		{"srv", "ip", "-6", "route", "add", "default", "via", "2001:db8:97::1"},
+	} {
+		n.Run(c[0], c[1:]...)
+	}
 	b := startBondWith(t, n, bondOptions{
 		uplink: map[int]string{1: "    gateway: 10.98.1.1\n"},
 		cpe:    "fallback:\n  enabled: true\n  direct_after: 3s\n",
@@ -45,6 +60,17 @@ func TestHeadendSilenceFallsBackToDirectRouting(t *testing.T) {
 	}()
 	waitMetric(t, b, "cpe", direct, 1, 20*time.Second)
 	t.Logf("fallback on after the headend went silent: %s", logLine(t, filepath.Join(b.dir, "cpe.log"), "headend silent"))
+
+	// IPv6 connections leave directly too, through up1's IPv6 gateway, NATed to its
+	// IPv6 address.
+	logLine(t, filepath.Join(b.dir, "cpe.log"), "headend silent", "IPv6: up1 via 2001:db8:98:1::1")
+	aggV6 := agg0TxPackets(t, b)
+	if out, err := n.Try("lan", "ping", "-6", "-c", "3", "-i", "0.2", "-W", "2", serverIPv6); err != nil {
+		t.Errorf("no IPv6 ping from the LAN to the server while direct: %v\n%s", err, out)
+	}
+	if d := agg0TxPackets(t, b) - aggV6; d > 0 {
+		t.Errorf("the LAN's IPv6 ping went into the tunnel (%d packets) while direct", d)
+	}
 
 	// Connection B, started direct, runs across the headend's return.
 	outB := filepath.Join(t.TempDir(), "iperf-b.json")
@@ -86,6 +112,9 @@ func TestHeadendSilenceFallsBackToDirectRouting(t *testing.T) {
 		t.Errorf("connection B carried nothing in its last second (after the headend's return)")
 	}
 }
+
+// serverIPv6 is the server's IPv6 address in the fallback test.
+const serverIPv6 = "2001:db8:97::2"
 
 // waitMetric waits until a metric of one side reaches want.
 func waitMetric(t *testing.T, b *bond, ns, series string, want float64, within time.Duration) {
