@@ -21,7 +21,8 @@ import (
 // carrier back has it probed again, an address change re-binds an uplink whose
 // source follows its interface (uplinks[].source unset), and an interface created
 // anew (a PPPoE reconnect's new ppp0) gets the uplink's socket, its route to the
-// headend and the receive programs (created) bound to it again.
+// headend and the receive programs (created) bound to it again; a smaller MTU lowers
+// the tunnel's (fitMTU).
 type uplinkWatch struct {
 	log     *slog.Logger
 	m       *metrics.Set
@@ -100,6 +101,10 @@ func (uw *uplinkWatch) handle(e netwatch.Event) {
 		// routes its packets by the interface's routes as they are now.
 	case netwatch.Created:
 		uw.onCreated(id)
+	case netwatch.MTUChanged:
+		if !uw.cpe.UplinkWaiting(id) {
+			uw.fitMTU(id, uw.cpe.UplinkSource(id))
+		}
 	}
 }
 
@@ -168,8 +173,9 @@ func (uw *uplinkWatch) rebind(id int, addr netip.Addr) {
 }
 
 // fitMTU sizes the tunnel, and what the headend is told, to an uplink bound to an
-// interface the start did not see (it joined late, or came back as a new interface):
-// it may carry less than assumed (a PPPoE line's 1492, a mobile network's 1430).
+// interface the start did not see (it joined late, or came back as a new interface),
+// or whose MTU changed: it may carry less than assumed (a PPPoE line's 1492, a mobile
+// network's 1430).
 func (uw *uplinkWatch) fitMTU(id int, src netip.Addr) {
 	u := uw.uplinks[id]
 	inner, err := innerMTU(u, src)

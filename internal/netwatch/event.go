@@ -1,7 +1,8 @@
 // Package netwatch watches network interfaces through rtnetlink and reports what changes
 // under the daemon (docs/architecture.md §6): an interface losing or regaining its
 // carrier, global addresses appearing and disappearing on it, its default route
-// (gateway) coming, changing or going, and the interface itself being created anew.
+// (gateway) coming, changing or going, its MTU changing, and the interface itself being
+// created anew.
 //
 // Events are edge-triggered from the kernel's notifications and checked against the
 // state the watcher keeps, so that each change is reported once. If the notification
@@ -29,6 +30,9 @@ const (
 	// reset a new wwan0). Sockets bound to it and programs attached to it were bound to
 	// the old one. Reported before the new interface's carrier and addresses.
 	Created
+	// MTUChanged: the interface's MTU changed while it existed (a DHCP client applying
+	// a modem's MTU option); not reported for one created anew.
+	MTUChanged
 )
 
 var kindNames = [...]string{
@@ -38,11 +42,12 @@ var kindNames = [...]string{
 	AddressRemoved: "address_removed",
 	RouteChanged:   "route_changed",
 	Created:        "created",
+	MTUChanged:     "mtu_changed",
 }
 
 // String is the snake_case name, suitable as a metric label.
 func (k Kind) String() string {
-	if k >= CarrierLost && k <= Created {
+	if k >= CarrierLost && k <= MTUChanged {
 		return kindNames[k]
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
@@ -57,6 +62,8 @@ type Event struct {
 	// Gateway is the default route's gateway after the change (RouteChanged); invalid
 	// when the default route went away or has no gateway (point-to-point links).
 	Gateway netip.Addr
+	// MTU is the interface's MTU after the change (MTUChanged).
+	MTU int
 	// Cause says what the kernel reported, for logs: "oper state down", "interface
 	// deleted", "resync after lost notifications", ...
 	Cause string
@@ -67,6 +74,8 @@ func (e Event) String() string {
 	switch e.Kind {
 	case AddressAdded, AddressRemoved:
 		s += " " + e.Address.String()
+	case MTUChanged:
+		s += fmt.Sprintf(" %d", e.MTU)
 	case RouteChanged:
 		if e.Gateway.IsValid() {
 			s += " via " + e.Gateway.String()

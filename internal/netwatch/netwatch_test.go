@@ -65,6 +65,10 @@ func TestWatchVeth(t *testing.T) {
 	n.Run("a", "ip", "route", "del", "default")
 	ev.expect(Event{Interface: "wa", Kind: RouteChanged})
 
+	// Its MTU changes (a DHCP client applying the modem's MTU option).
+	n.Run("a", "ip", "link", "set", "wa", "mtu", "1400")
+	ev.expect(Event{Interface: "wa", Kind: MTUChanged, MTU: 1400})
+
 	// An interface that appears later is watched from then on: created first, then
 	// its carrier.
 	n.Run("a", "ip", "link", "add", "absent0", "type", "veth", "peer", "name", "absent1")
@@ -98,7 +102,7 @@ type events struct {
 	ch <-chan Event
 }
 
-// expect waits for an event matching want in interface, kind, address and gateway,
+// expect waits for an event matching want in interface, kind, address, gateway and MTU,
 // and fails on any event about an interface the test does not touch.
 func (e *events) expect(want Event) Event {
 	e.t.Helper()
@@ -115,7 +119,7 @@ func (e *events) expect(want Event) Event {
 				e.t.Fatalf("event for an interface not watched: %v", got)
 			}
 			if got.Interface == want.Interface && got.Kind == want.Kind &&
-				got.Address == want.Address && got.Gateway == want.Gateway {
+				got.Address == want.Address && got.Gateway == want.Gateway && got.MTU == want.MTU {
 				return got
 			}
 			seen = append(seen, got.String())
@@ -153,7 +157,7 @@ func waitClosed(t *testing.T, ch <-chan Event) {
 }
 
 func TestKindNames(t *testing.T) {
-	for k := CarrierLost; k <= Created; k++ {
+	for k := CarrierLost; k <= MTUChanged; k++ {
 		if s := k.String(); s == "" || s == fmt.Sprintf("kind(%d)", uint8(k)) {
 			t.Errorf("kind %d has no name", k)
 		}

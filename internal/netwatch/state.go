@@ -12,6 +12,7 @@ import (
 type ifState struct {
 	index    int // 0 while the interface does not exist
 	carrier  bool
+	mtu      int
 	addrs    map[netip.Prefix]bool
 	gateways map[int]netip.Addr // default route's gateway by family; absent: no default route
 }
@@ -33,6 +34,7 @@ func readState(h *netlink.Handle, name string) (*ifState, error) {
 	}
 	st.index = l.Attrs().Index
 	st.carrier = hasCarrier(l.Attrs())
+	st.mtu = l.Attrs().MTU
 	addrs, err := h.AddrList(l, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, err
@@ -62,6 +64,9 @@ func diff(name string, old, cur *ifState, cause string) []Event {
 	}
 	if old.carrier != cur.carrier {
 		evs = append(evs, carrierEvent(name, cur.carrier, cause))
+	}
+	if cur.index != 0 && cur.index == old.index && cur.mtu != old.mtu {
+		evs = append(evs, Event{Interface: name, Kind: MTUChanged, MTU: cur.mtu, Cause: cause})
 	}
 	for p := range old.addrs {
 		if !cur.addrs[p] {

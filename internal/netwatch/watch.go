@@ -153,8 +153,12 @@ func (w *Watcher) onLink(ctx context.Context, u netlink.LinkUpdate) {
 		if st.index != 0 {
 			cause = fmt.Sprintf("interface index changed from %d to %d", st.index, a.Index)
 		}
-		st.index = a.Index
+		st.index, st.mtu = a.Index, a.MTU
 		w.emit(ctx, Event{Interface: a.Name, Kind: Created, Cause: cause})
+	}
+	if a.MTU != st.mtu {
+		st.mtu = a.MTU
+		w.emit(ctx, Event{Interface: a.Name, Kind: MTUChanged, MTU: a.MTU, Cause: "MTU changed"})
 	}
 	if c := hasCarrier(a); c != st.carrier {
 		st.carrier = c

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,13 +21,7 @@ func TestHeadendFitsPacketsToTheCPEsLines(t *testing.T) {
 
 	// The server reaches the CPE's tunnel address through the headend (no NAT that way).
 	n.Run("srv", "ip", "route", "add", "100.64.0.0/24", "via", "10.97.0.1")
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(b.Run("hub", "ip", "route", "show", cpeTunnelIP), " mtu 1436") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the headend's route to the CPE has no mtu %d after 10 s:\n%s", cpeMTU, b.Run("hub", "ip", "route", "show", "dev", "agg0"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	b.waitRouteMTU(t, cpeMTU)
 
 	// ping -s is the ICMP payload: 28 bytes of IPv4 and ICMP headers make the packet.
 	// tooBig is a full-size packet of the headend's tunnel: a veth lets a frame of up to
@@ -47,5 +42,42 @@ func TestHeadendFitsPacketsToTheCPEsLines(t *testing.T) {
 	out, _ := b.Try("srv", "ping", "-c", "2", "-i", "0.2", "-W", "2", "-M", "do", "-s", tooBig, cpeTunnelIP)
 	if !strings.Contains(out, "mtu = 1436") && !strings.Contains(out, "mtu=1436") {
 		t.Errorf("a 1444-byte packet with DF set to the CPE: want \"fragmentation needed\" with mtu 1436, got:\n%s", out)
+	}
+}
+
+// An uplink whose MTU shrinks while the bond runs (a DHCP client applying an LTE
+// modem's MTU option) shrinks the CPE's tunnel, and the headend's route to the CPE,
+// to fit it: 1400 - 56 = 1344.
+func TestUplinkMTUChangeIsFollowed(t *testing.T) {
+	n := newTopology(t)
+	b := startBond(t, n)
+	n.Run("srv", "ip", "route", "add", "100.64.0.0/24", "via", "10.97.0.1")
+	n.Run("cpe", "ip", "link", "set", "up3", "mtu", "1400")
+	n.Run("hub", "ip", "link", "set", "hl3", "mtu", "1400")
+
+	b.waitRouteMTU(t, 1344)
+	if out := n.Run("cpe", "ip", "link", "show", "agg0"); !strings.Contains(out, " mtu 1344 ") {
+		t.Errorf("agg0 after up3's MTU went to 1400: want mtu 1344:\n%s", out)
+	}
+	if out, err := b.Try("srv", "ping", "-c", "5", "-i", "0.2", "-W", "2", "-M", "do", "-s", "1316", "100.64.0.2"); err != nil || !strings.Contains(out, " 0% packet loss") {
+		t.Errorf("1344-byte packets with DF set to the CPE lost (%v):\n%s", err, out)
+	}
+	out, _ := b.Try("srv", "ping", "-c", "2", "-i", "0.2", "-W", "2", "-M", "do", "-s", "1317", "100.64.0.2")
+	if !strings.Contains(out, "mtu = 1344") && !strings.Contains(out, "mtu=1344") {
+		t.Errorf("a 1345-byte packet with DF set to the CPE: want \"fragmentation needed\" with mtu 1344, got:\n%s", out)
+	}
+}
+
+// waitRouteMTU waits until the headend routes the CPE's tunnel address with the given
+// MTU.
+func (b *bond) waitRouteMTU(t *testing.T, mtu int) {
+	t.Helper()
+	want := fmt.Sprintf(" mtu %d", mtu)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(b.Run("hub", "ip", "route", "show", "100.64.0.2"), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the headend's route to the CPE has no mtu %d after 10 s:\n%s", mtu, b.Run("hub", "ip", "route", "show", "dev", "agg0"))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
