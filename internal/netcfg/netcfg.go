@@ -42,6 +42,9 @@ func ConfigureTunnel(name string, mtu int, addrs []netip.Prefix) error {
 	return nil
 }
 
+// ipv6MinMTU is the smallest MTU IPv6 allows on a link (RFC 8200).
+const ipv6MinMTU = 1280
+
 // AddRoutes routes each prefix into the named interface with the given metric.
 func AddRoutes(name string, prefixes []netip.Prefix, metric int) error {
 	return AddRoutesMTU(name, prefixes, metric, 0)
@@ -51,13 +54,17 @@ func AddRoutes(name string, prefixes []netip.Prefix, metric int) error {
 // MTU applies). It replaces routes of the same prefix and metric, so it also changes
 // the MTU of routes already there. The kernel fragments, or answers "fragmentation
 // needed" / "packet too big" for, packets larger than a route's MTU before they reach
-// the interface, and TCP connections along it get a matching MSS.
+// the interface. An IPv6 route gets no MTU below IPv6's minimum, 1280.
 func AddRoutesMTU(name string, prefixes []netip.Prefix, metric, mtu int) error {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
 		return fmt.Errorf("netcfg: find %s: %w", name, err)
 	}
 	for _, p := range prefixes {
+		mtu := mtu
+		if p.Addr().Is6() && mtu != 0 && mtu < ipv6MinMTU {
+			mtu = ipv6MinMTU
+		}
 		r := &netlink.Route{
 			LinkIndex: l.Attrs().Index,
 			Dst:       prefixToIPNet(p),
