@@ -54,7 +54,8 @@ func AddRoutes(name string, prefixes []netip.Prefix, metric int) error {
 // MTU applies). It replaces routes of the same prefix and metric, so it also changes
 // the MTU of routes already there. The kernel fragments, or answers "fragmentation
 // needed" / "packet too big" for, packets larger than a route's MTU before they reach
-// the interface. An IPv6 route gets no MTU below IPv6's minimum, 1280.
+// the interface. An IPv6 route gets no MTU below IPv6's minimum, 1280: IPv6 senders
+// do not go below it, whatever "packet too big" says.
 func AddRoutesMTU(name string, prefixes []netip.Prefix, metric, mtu int) error {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
