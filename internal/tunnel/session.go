@@ -520,6 +520,11 @@ func (s *Session) follow(l *link, from netip.AddrPort) {
 	l.remote.Store(&from)
 	if old != nil {
 		l.log.Info("peer address changed", "from", *old, "to", from)
+	} else {
+		// A link first heard from (the headend learns the CPE's links so): probe it
+		// now, not at the next tick, so that it is in the schedule an RTT later. Until
+		// then downstream packets find no usable link and are dropped at the entry.
+		s.sendProbe(l, 0)
 	}
 	s.checkKernel()
 }
