@@ -37,6 +37,7 @@ type Set struct {
 	LinkCapacity   *prometheus.GaugeVec
 	LinkQueueDelay *prometheus.GaugeVec
 	LinkInfo       *prometheus.GaugeVec
+	LinkMTU        *prometheus.GaugeVec
 
 	Sessions       prometheus.Gauge
 	Handshakes     *prometheus.CounterVec
@@ -78,9 +79,11 @@ func New() *Set {
 		LinkInfo: gaugeVec("link_info", "1 per link, labelled with the name its owner gives it: on a CPE its own uplink name; "+
 			"on a headend the CPE's name for the link its other metrics call link0, link1, ... (link0 until the CPE has said).",
 			[]string{"peer", "link", "name"}),
-		LinkSuspect:    gaugeVec("link_suspect", "1 while a link's probe replies have stopped but it is not yet down: its traffic is also copied to another link.", linkLabels),
-		LinkDuplicate:  counterVec("link_redundant_packets_total", "Redundant copies sent on a link for another link in doubt.", linkLabels),
-		LinkCapacity:   gaugeVec("link_capacity_bits_per_second", "Estimated capacity of a link towards the peer: its delivery rate while queueing, Kalman-filtered (0 until measured or configured).", linkLabels),
+		LinkSuspect:   gaugeVec("link_suspect", "1 while a link's probe replies have stopped but it is not yet down: its traffic is also copied to another link.", linkLabels),
+		LinkDuplicate: counterVec("link_redundant_packets_total", "Redundant copies sent on a link for another link in doubt.", linkLabels),
+		LinkCapacity:  gaugeVec("link_capacity_bits_per_second", "Estimated capacity of a link towards the peer: its delivery rate while queueing, Kalman-filtered (0 until measured or configured).", linkLabels),
+		LinkMTU: gaugeVec("link_mtu_bytes", "Largest inner packet a link takes (its MTU less the tunnel's outer headers, at most the CPE's tunnel MTU), "+
+			"as the CPE announces it to the headend; 0 while unknown. A headend routes each CPE's prefixes with the smallest of its links'.", linkLabels),
 		LinkQueueDelay: gaugeVec("link_queue_delay_seconds", "Queueing delay of a link towards the peer: the last report period's smallest one-way delay above the link's floor.", linkLabels),
 		Sessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "aggd", Name: "sessions", Help: "Established sessions.",
@@ -101,7 +104,7 @@ func New() *Set {
 	}
 	s.LossNoticeSent = counterVec("loss_notice_sent_sequences_total", "Sequence numbers named in loss notices sent to the peer because a link went down with them in flight (each notice is sent twice; both count).", []string{"peer"})
 	s.LossNoticeReceived = counterVec("loss_notice_received_sequences_total", "Sequence numbers named in loss notices received from the peer (repeats included).", []string{"peer"})
-	s.UplinkEvents = counterVec("uplink_events_total", "Changes netlink reported on the CPE's uplinks, by kind (carrier_lost, carrier_back, address_added, address_removed, route_changed).", []string{"link", "kind"})
+	s.UplinkEvents = counterVec("uplink_events_total", "Changes netlink reported on the CPE's uplinks, by kind (carrier_lost, carrier_back, address_added, address_removed, route_changed, created, mtu_changed).", []string{"link", "kind"})
 	s.FallbackDirect = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "aggd", Name: "fallback_direct",
 		Help: "1 while new LAN connections leave directly out of an uplink because the headend is silent (CPE, fallback.enabled).",
@@ -115,7 +118,7 @@ func New() *Set {
 	s.Registry.MustRegister(
 		s.LinkTxBytes, s.LinkTxPackets, s.LinkRxBytes, s.LinkRxPackets, s.LinkLost,
 		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkDuplicate,
-		s.LinkCapacity, s.LinkQueueDelay, s.LinkInfo,
+		s.LinkCapacity, s.LinkQueueDelay, s.LinkInfo, s.LinkMTU,
 		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderSkips, s.AQMDrops, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
 		s.LossNoticeSent, s.LossNoticeReceived, s.UplinkEvents, s.FallbackDirect, s.FallbackTransitions,

@@ -361,8 +361,12 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 func (c *CPE) announceLinks(s *Session) {
 	links := make([]wire.LinkParam, 0, len(c.cfg.Uplinks))
 	for i, u := range c.cfg.Uplinks {
+		mtu := c.conns[i].mtu.Load()
 		links = append(links, wire.LinkParam{LinkID: u.Spec.ID, Class: uint8(u.Spec.Class),
-			MTU: uint16(c.conns[i].mtu.Load()), RateBps: uint64(u.Spec.RxRate)})
+			MTU: uint16(mtu), RateBps: uint64(u.Spec.RxRate)})
+		if l := s.link(u.Spec.ID); l != nil {
+			l.m.mtu.Set(float64(mtu))
+		}
 	}
 	// On every link: at session start none is known to be up yet, and the message is
 	// small and once a second. Each copy takes its own control counter, or the peer's

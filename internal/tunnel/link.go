@@ -118,7 +118,7 @@ type link struct {
 type linkMetrics struct {
 	txBytes, txPackets, rxBytes, rxPackets, lost, dup prometheus.Counter
 	rtt, loss, rate, schedRate, up, suspect           prometheus.Gauge
-	capacity, queue                                   prometheus.Gauge
+	capacity, queue, mtu                              prometheus.Gauge
 }
 
 // rxAccount is what the receiver learns about a link from the data arriving on it.

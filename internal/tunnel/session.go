@@ -174,6 +174,7 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 			rate: s.m.LinkRate.WithLabelValues(lbl...), schedRate: s.m.LinkRatePrior.WithLabelValues(lbl...),
 			up: s.m.LinkUp.WithLabelValues(lbl...), suspect: s.m.LinkSuspect.WithLabelValues(lbl...),
 			capacity: s.m.LinkCapacity.WithLabelValues(lbl...), queue: s.m.LinkQueueDelay.WithLabelValues(lbl...),
+			mtu: s.m.LinkMTU.WithLabelValues(lbl...),
 		},
 	}
 	if s.fp != nil {
@@ -580,6 +581,7 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 			ids = append(ids, p.LinkID)
 			if pl := s.link(p.LinkID); pl != nil {
 				pl.setPeerPrior(float64(p.RateBps), sched.Class(p.Class))
+				pl.m.mtu.Set(float64(p.MTU))
 			}
 		}
 		s.setLinkIDs(ids)

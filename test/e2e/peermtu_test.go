@@ -22,6 +22,12 @@ func TestHeadendFitsPacketsToTheCPEsLines(t *testing.T) {
 	// The server reaches the CPE's tunnel address through the headend (no NAT that way).
 	n.Run("srv", "ip", "route", "add", "100.64.0.0/24", "via", "10.97.0.1")
 	b.waitRouteMTU(t, cpeMTU)
+	for ns, series := range map[string]string{
+		"cpe": `aggd_link_mtu_bytes{link="up1",peer="headend"}`,
+		"hub": `aggd_link_mtu_bytes{link="link0",peer="cpe1"}`,
+	} {
+		waitMetric(t, b, ns, series, cpeMTU, 5*time.Second)
+	}
 
 	// ping -s is the ICMP payload: 28 bytes of IPv4 and ICMP headers make the packet.
 	// tooBig is a full-size packet of the headend's tunnel: a veth lets a frame of up to
