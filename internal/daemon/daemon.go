@@ -221,7 +221,7 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	}
 	log.Info("headend running", "tunnel", dev.Name(), "mtu", mtu, "listen", cfg.Listen, "peers", len(peers))
 	reloads := make(chan struct{})
-	go func() { defer close(reloads); reloadPeersOnRequest(ctx, log, opts, cfg, he, dev.Name(), mtus) }()
+	go func() { defer close(reloads); reloadPeersOnRequest(ctx, log, opts, cfg, he, mtus) }()
 	err = he.Run(ctx) // returns once ctx is done
 	<-reloads         // a reload under way finishes before the deferred undo
 	return err

@@ -41,20 +41,42 @@ func (p *peerMTUs) announced(peer string, mtu int) {
 	if !ok {
 		return
 	}
-	if mtu < p.tunMTU {
+	switch {
+	case mtu == 0:
+		p.log.Info("peer announces no MTU for its links: its routes into the tunnel take the tunnel's", "peer", peer, "tunnel_mtu", p.tunMTU)
+	case mtu < p.tunMTU:
 		p.log.Info("peer's links take smaller packets than the tunnel: its routes into the tunnel get their MTU",
 			"peer", peer, "mtu", mtu, "tunnel_mtu", p.tunMTU)
-	} else {
+	default:
 		p.log.Info("peer's links take full-size tunnel packets", "peer", peer, "mtu", mtu, "tunnel_mtu", p.tunMTU)
 	}
 	p.apply(pr, mtu)
 }
 
-// setPeers follows a reload: the routes of every peer whose MTU is known get it again
-// (a reload adds new prefixes without one).
+// reload swaps the routes into the tunnel for the reloaded peers' (swapPeerRoutes) and
+// gives every peer whose MTU is known its MTU again (new prefixes come without one).
+// Both under mu: an announcement in between would re-create a removed peer's routes.
+func (p *peerMTUs) reload(next []tunnel.Peer) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := make([]tunnel.Peer, 0, len(p.peers))
+	for _, pr := range p.peers {
+		old = append(old, pr)
+	}
+	err := swapPeerRoutes(p.tunName, old, next)
+	p.setPeersLocked(next)
+	return err
+}
+
 func (p *peerMTUs) setPeers(peers []tunnel.Peer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.setPeersLocked(peers)
+}
+
+// setPeersLocked makes peers the configured ones and gives the routes of each whose MTU
+// is known that MTU. Caller holds mu.
+func (p *peerMTUs) setPeersLocked(peers []tunnel.Peer) {
 	p.peers = make(map[string]tunnel.Peer, len(peers))
 	for _, pr := range peers {
 		p.peers[pr.Name] = pr
@@ -70,7 +92,8 @@ func (p *peerMTUs) setPeers(peers []tunnel.Peer) {
 }
 
 // apply sets the MTU of the peer's routes: mtu if it is below the tunnel's, else none
-// (a route MTU above the interface's would let larger packets at it). Caller holds mu.
+// (a route MTU above the interface's would let larger packets at it; 0 is unknown).
+// Caller holds mu.
 func (p *peerMTUs) apply(pr tunnel.Peer, mtu int) {
 	routeMTU := mtu
 	if mtu >= p.tunMTU {

@@ -34,7 +34,7 @@ func headendPeers(ps []config.Peer) []tunnel.Peer {
 
 // reloadPeersOnRequest applies the config file's peers each time opts.Reload fires,
 // until ctx ends.
-func reloadPeersOnRequest(ctx context.Context, log *slog.Logger, opts Options, running *config.Headend, he *tunnel.Headend, tunName string, mtus *peerMTUs) {
+func reloadPeersOnRequest(ctx context.Context, log *slog.Logger, opts Options, running *config.Headend, he *tunnel.Headend, mtus *peerMTUs) {
 	if opts.Reload == nil {
 		return
 	}
@@ -52,10 +52,9 @@ func reloadPeersOnRequest(ctx context.Context, log *slog.Logger, opts Options, r
 		if keys := restartOnlyChanges(running, next); len(keys) > 0 {
 			log.Warn("reload: these settings changed but take effect only at a restart", "keys", strings.Join(keys, ", "))
 		}
-		if err := swapPeerRoutes(tunName, headendPeers(running.Peers), headendPeers(next.Peers)); err != nil {
+		if err := mtus.reload(headendPeers(next.Peers)); err != nil {
 			log.Error("reload: routes into the tunnel not all updated", "err", err)
 		}
-		mtus.setPeers(headendPeers(next.Peers))
 		ch := he.SetPeers(headendPeers(next.Peers))
 		log.Info("reload: peers applied", "peers", len(next.Peers),
 			"added", ch.Added, "removed", ch.Removed, "changed", ch.Changed)

@@ -243,21 +243,45 @@ func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, wante
 	}()
 }
 
-// followInterfaces acts on link updates until the channel closes.
+// followInterfaces acts on link updates until the channel closes. Every recheck it also
+// looks at what wanted lists now: without bpf.interfaces that follows the default
+// routes, which can appear or move (DHCP, a second line) with no link update at all.
 func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func() []string, created, deleted func(string)) {
 	tried := make(map[string]int) // the index created was last called for, by name: once per interface
-	for u := range updates {
-		a := u.Attrs()
-		index, ok := sh.attached()[a.Name]
-		switch {
-		case u.Header.Type == unix.RTM_DELLINK:
-			delete(tried, a.Name)
-			if ok && index == a.Index {
-				deleted(a.Name)
+	consider := func(name string, index int, up bool, want func() []string) {
+		at, ok := sh.attached()[name]
+		if up && (!ok || at != index) && tried[name] != index && slices.Contains(want(), name) {
+			tried[name] = index
+			created(name)
+		}
+	}
+	tick := time.NewTicker(recheck)
+	defer tick.Stop()
+	for {
+		select {
+		case u, open := <-updates:
+			if !open {
+				return
 			}
-		case a.Flags&net.FlagUp != 0 && (!ok || index != a.Index) && tried[a.Name] != a.Index && slices.Contains(wanted(), a.Name):
-			tried[a.Name] = a.Index
-			created(a.Name)
+			a := u.Attrs()
+			if u.Header.Type == unix.RTM_DELLINK {
+				delete(tried, a.Name)
+				if at, ok := sh.attached()[a.Name]; ok && at == a.Index {
+					deleted(a.Name)
+				}
+				continue
+			}
+			consider(a.Name, a.Index, a.Flags&net.FlagUp != 0, wanted)
+		case <-tick.C:
+			want := wanted()
+			for _, name := range want {
+				if ifc, err := net.InterfaceByName(name); err == nil {
+					consider(name, ifc.Index, ifc.Flags&net.FlagUp != 0, func() []string { return want })
+				}
+			}
 		}
 	}
 }
+
+// recheck is how often followInterfaces looks at the interfaces it wants unprompted.
+const recheck = 10 * time.Second

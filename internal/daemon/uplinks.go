@@ -209,6 +209,7 @@ func (uw *uplinkWatch) lowerTunnelMTU(u config.Uplink, inner, uplinkMTU int) {
 		uw.log.Warn("cannot lower the tunnel MTU to fit the uplink; its full-size packets will not fit", "link", u.Name, "err", err)
 		return
 	}
+	uw.cpe.CapUplinkMTUs(inner)
 	uw.log.Warn("tunnel MTU lowered to fit the uplink (set uplinks[].mtu or tunnel.mtu to have it from the start)",
 		"link", u.Name, "uplink_mtu", uplinkMTU, "from", cur, "to", inner)
 }

@@ -2,6 +2,7 @@ package netcfg
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
@@ -62,7 +63,7 @@ func InterfaceWithAddress(addr netip.Addr) (string, error) {
 func DefaultRouteInterfaces() []string {
 	var names []string
 	add := func(index int) {
-		if l, err := netlink.LinkByIndex(index); err == nil {
+		if l, err := netlink.LinkByIndex(index); err == nil && l.Attrs().Flags&net.FlagLoopback == 0 {
 			names = append(names, l.Attrs().Name)
 		}
 	}
@@ -72,6 +73,9 @@ func DefaultRouteInterfaces() []string {
 			continue
 		}
 		for _, r := range routes {
+			if r.Type != unix.RTN_UNICAST {
+				continue // unreachable, blackhole, prohibit: "dev lo", no traffic arrives there
+			}
 			if r.Dst != nil {
 				if ones, _ := r.Dst.Mask.Size(); ones != 0 {
 					continue

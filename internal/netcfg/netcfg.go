@@ -75,7 +75,11 @@ func AddRoutesMTU(name string, prefixes []netip.Prefix, metric, mtu int) error {
 			MTU:       mtu,
 		}
 		if err := netlink.RouteReplace(r); err != nil {
-			return fmt.Errorf("netcfg: route %s via %s (metric %d, mtu %d): %w", p, name, metric, mtu, err)
+			what := fmt.Sprintf("metric %d", metric)
+			if mtu != 0 {
+				what += fmt.Sprintf(", mtu %d", mtu)
+			}
+			return fmt.Errorf("netcfg: route %s via %s (%s): %w", p, name, what, err)
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -361,7 +362,7 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 func (c *CPE) announceLinks(s *Session) {
 	links := make([]wire.LinkParam, 0, len(c.cfg.Uplinks))
 	for i, u := range c.cfg.Uplinks {
-		mtu := c.conns[i].mtu.Load()
+		mtu := min(c.conns[i].mtu.Load(), math.MaxUint16)
 		links = append(links, wire.LinkParam{LinkID: u.Spec.ID, Class: uint8(u.Spec.Class),
 			MTU: uint16(mtu), RateBps: uint64(u.Spec.RxRate)})
 		if l := s.link(u.Spec.ID); l != nil {

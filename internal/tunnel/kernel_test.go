@@ -42,11 +42,11 @@ func TestKernelCarriesOnlyKnownIPv4Sessions(t *testing.T) {
 	s.follow(l5, netip.MustParseAddrPort("192.0.2.5:4242"))
 	check("both links heard, no LINK_PARAMS yet", false, "not known yet")
 
-	params := wire.LinkParamsBody{Links: []wire.LinkParam{{LinkID: 3}, {LinkID: 5}, {LinkID: 7}}}
+	params := wire.LinkParamsBody{Counter: 1, Links: []wire.LinkParam{{LinkID: 3}, {LinkID: 5}, {LinkID: 7}}}
 	s.handleControl(l3, &wire.Header{}, wire.Message{Body: params}, time.Now(), 0)
 	check("LINK_PARAMS name a link not heard from", false, "link 7 not heard from yet")
 
-	params.Links = params.Links[:2]
+	params.Counter, params.Links = 2, params.Links[:2]
 	s.handleControl(l3, &wire.Header{}, wire.Message{Body: params}, time.Now(), 0)
 	check("every link known, all IPv4", true, "")
 

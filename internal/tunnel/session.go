@@ -71,10 +71,13 @@ type Session struct {
 	m          *metrics.Set
 	localIndex uint32 // the peer puts this in the header of packets to us
 	peerIndex  atomic.Uint32
-	peerMTU    atomic.Int32 // the last MTU passed on to cfg.PeerMTU
-	fp         SessionPath  // nil: everything in userspace
-	keys       keyRing
-	deliver    func([]byte) // writes an in-order inner packet to the tunnel interface
+	// peerMTU is 1 + the last MTU passed on to cfg.PeerMTU (0: none passed on yet);
+	// linkParamsSeen the counter of the newest LINK_PARAMS applied.
+	peerMTU        atomic.Int32
+	linkParamsSeen atomic.Uint64
+	fp             SessionPath // nil: everything in userspace
+	keys           keyRing
+	deliver        func([]byte) // writes an in-order inner packet to the tunnel interface
 
 	// Transmit: one lock orders sequence assignment, scheduling and the write to the
 	// socket, so that each link stays FIFO and probe watermarks are exact.
@@ -576,6 +579,10 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 	case wire.LossNoticeBody:
 		s.onLossNotice(body)
 	case wire.LinkParamsBody:
+		if body.Counter <= s.linkParamsSeen.Load() {
+			break // an older copy overtaken by a newer one (the CPE sends one per link)
+		}
+		s.linkParamsSeen.Store(body.Counter)
 		ids := make([]uint8, 0, len(body.Links))
 		for _, p := range body.Links {
 			ids = append(ids, p.LinkID)
@@ -592,22 +599,27 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 	}
 }
 
-// notePeerMTU passes on the smallest MTU the peer announces for its links, when it
-// differs from the last one passed on.
+// notePeerMTU passes on the smallest MTU the peer announces for its links (0 when it
+// announces none: a new session of a CPE that knows none must not keep the old one's),
+// when it differs from the last one passed on. An MTU below IPv4's 576 is no MTU a link
+// has: it counts as unknown.
 func (s *Session) notePeerMTU(links []wire.LinkParam) {
 	if s.cfg.PeerMTU == nil {
 		return
 	}
 	mtu := 0
 	for _, p := range links {
-		if p.MTU != 0 && (mtu == 0 || int(p.MTU) < mtu) {
+		if p.MTU >= minPeerMTU && (mtu == 0 || int(p.MTU) < mtu) {
 			mtu = int(p.MTU)
 		}
 	}
-	if mtu != 0 && int(s.peerMTU.Swap(int32(mtu))) != mtu {
+	if s.peerMTU.Swap(int32(mtu)+1) != int32(mtu)+1 {
 		s.cfg.PeerMTU(s.cfg.Peer, mtu)
 	}
 }
+
+// minPeerMTU is the smallest link MTU notePeerMTU believes (IPv4's minimum datagram).
+const minPeerMTU = 576
 
 // armHoldTimer makes sure the hold timer fires by the resequencer's next deadline and
 // (fast path) offers the kernel the ordering back when the resequencer is empty and no

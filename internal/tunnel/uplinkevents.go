@@ -121,6 +121,16 @@ func (c *CPE) UplinkWaiting(id int) bool { return c.conns[id].standIn.Load() }
 // may carry less than the start assumed. The next announcement (once a second) has it.
 func (c *CPE) SetUplinkMTU(id, mtu int) { c.conns[id].mtu.Store(uint32(mtu)) }
 
+// CapUplinkMTUs lowers what the headend is told of every uplink to at most mtu: the
+// tunnel's MTU went down to it, and no uplink takes more than the tunnel.
+func (c *CPE) CapUplinkMTUs(mtu int) {
+	for _, uc := range c.conns {
+		if uc.mtu.Load() > uint32(mtu) {
+			uc.mtu.Store(uint32(mtu))
+		}
+	}
+}
+
 // UplinkSource is the address uplink id's socket is bound to.
 func (c *CPE) UplinkSource(id int) netip.Addr {
 	return localAddrPort(c.conns[id].get()).Addr()
