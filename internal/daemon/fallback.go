@@ -234,7 +234,7 @@ func usableExit(u config.Uplink, v6 bool) (fallback.Exit, error) {
 		&netlink.Route{LinkIndex: a.Index, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
 	if err == nil {
 		for _, r := range routes {
-			if (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw != nil {
+			if netcfg.IsDefaultRoute(&r) && r.Gw != nil {
 				if gw, ok := netip.AddrFromSlice(r.Gw); ok && gw.Unmap().Is6() == v6 {
 					exit.Gateway = gw.Unmap()
 					return exit, nil

@@ -248,12 +248,14 @@ func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, wante
 // routes, which can appear or move (DHCP, a second line) with no link update at all.
 func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func() []string, created, deleted func(string)) {
 	tried := make(map[string]int) // the index created was last called for, by name: once per interface
-	consider := func(name string, index int, up bool, want func() []string) {
+	// unattached: the interface is up and neither attached to nor tried under its index.
+	unattached := func(name string, index int, up bool) bool {
 		at, ok := sh.attached()[name]
-		if up && (!ok || at != index) && tried[name] != index && slices.Contains(want(), name) {
-			tried[name] = index
-			created(name)
-		}
+		return up && (!ok || at != index) && tried[name] != index
+	}
+	attach := func(name string, index int) {
+		tried[name] = index
+		created(name)
 	}
 	tick := time.NewTicker(recheck)
 	defer tick.Stop()
@@ -271,12 +273,13 @@ func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func
 				}
 				continue
 			}
-			consider(a.Name, a.Index, a.Flags&net.FlagUp != 0, wanted)
+			if unattached(a.Name, a.Index, a.Flags&net.FlagUp != 0) && slices.Contains(wanted(), a.Name) {
+				attach(a.Name, a.Index)
+			}
 		case <-tick.C:
-			want := wanted()
-			for _, name := range want {
-				if ifc, err := net.InterfaceByName(name); err == nil {
-					consider(name, ifc.Index, ifc.Flags&net.FlagUp != 0, func() []string { return want })
+			for _, name := range wanted() {
+				if ifc, err := net.InterfaceByName(name); err == nil && unattached(name, ifc.Index, ifc.Flags&net.FlagUp != 0) {
+					attach(name, ifc.Index)
 				}
 			}
 		}

@@ -182,36 +182,35 @@ func (uw *uplinkWatch) fitMTU(id int, src netip.Addr) {
 	if err != nil {
 		return
 	}
-	if uw.autoMTU {
-		uw.lowerTunnelMTU(u, inner, inner+wire.OverheadFor(src))
-	}
-	if cur, err := netcfg.InterfaceMTU(uw.tunName); err == nil {
-		inner = min(inner, cur)
-	}
-	uw.cpe.SetUplinkMTU(id, inner)
-}
-
-// lowerTunnelMTU lowers the tunnel's automatic MTU to inner when the uplink (of MTU
-// uplinkMTU) carries less than that. New connections then use the lower MTU, and the
-// kernel tells senders of larger packets (path MTU discovery). It never raises the
-// MTU back.
-func (uw *uplinkWatch) lowerTunnelMTU(u config.Uplink, inner, uplinkMTU int) {
-	cur, err := netcfg.InterfaceMTU(uw.tunName)
-	if err != nil || inner >= cur {
+	tunMTU, err := netcfg.InterfaceMTU(uw.tunName)
+	if err != nil {
+		uw.cpe.SetUplinkMTU(id, inner)
 		return
 	}
+	if uw.autoMTU && inner < tunMTU {
+		tunMTU = uw.lowerTunnelMTU(u, inner, inner+wire.OverheadFor(src), tunMTU)
+	}
+	uw.cpe.SetUplinkMTU(id, min(inner, tunMTU))
+}
+
+// lowerTunnelMTU lowers the tunnel's automatic MTU from cur to inner, for an uplink
+// (of MTU uplinkMTU) that carries less, and returns the tunnel's MTU after. New
+// connections then use the lower MTU, and the kernel tells senders of larger packets
+// (path MTU discovery). It never raises the MTU back.
+func (uw *uplinkWatch) lowerTunnelMTU(u config.Uplink, inner, uplinkMTU, cur int) int {
 	if inner < config.MinMTUIPv6 {
 		uw.log.Error(fmt.Sprintf("uplink MTU %d leaves %d for the tunnel, below IPv6's 1280: the tunnel stays at %d and the link's full-size packets will not fit; "+
 			"set tunnel.mtu, or leave this uplink out", uplinkMTU, inner, cur), "link", u.Name)
-		return
+		return cur
 	}
 	if err := netcfg.SetMTU(uw.tunName, inner); err != nil {
 		uw.log.Warn("cannot lower the tunnel MTU to fit the uplink; its full-size packets will not fit", "link", u.Name, "err", err)
-		return
+		return cur
 	}
 	uw.cpe.CapUplinkMTUs(inner)
 	uw.log.Warn("tunnel MTU lowered to fit the uplink (set uplinks[].mtu or tunnel.mtu to have it from the start)",
 		"link", u.Name, "uplink_mtu", uplinkMTU, "from", cur, "to", inner)
+	return inner
 }
 
 func (uw *uplinkWatch) restoreGatewayRoute(id int) {

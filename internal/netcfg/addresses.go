@@ -56,6 +56,19 @@ func InterfaceWithAddress(addr netip.Addr) (string, error) {
 	return "", fmt.Errorf("netcfg: no interface has %s", addr)
 }
 
+// IsDefaultRoute reports whether r is a default route (0.0.0.0/0 or ::/0; the library
+// gives older kernels' ones a nil Dst) of the main table.
+func IsDefaultRoute(r *netlink.Route) bool {
+	if r.Table != 0 && r.Table != unix.RT_TABLE_MAIN {
+		return false
+	}
+	if r.Dst == nil {
+		return true
+	}
+	ones, _ := r.Dst.Mask.Size()
+	return ones == 0
+}
+
 // DefaultRouteInterfaces returns the names of the interfaces the main table's default
 // routes (IPv4 and IPv6, each next hop of a multipath one) go out of, in no order and
 // possibly repeated. Errors leave a family out: the caller asks where traffic from the
@@ -73,13 +86,8 @@ func DefaultRouteInterfaces() []string {
 			continue
 		}
 		for _, r := range routes {
-			if r.Type != unix.RTN_UNICAST {
-				continue // unreachable, blackhole, prohibit: "dev lo", no traffic arrives there
-			}
-			if r.Dst != nil {
-				if ones, _ := r.Dst.Mask.Size(); ones != 0 {
-					continue
-				}
+			if r.Type != unix.RTN_UNICAST || !IsDefaultRoute(&r) {
+				continue // unreachable, blackhole, prohibit defaults say "dev lo": no traffic arrives there
 			}
 			if r.LinkIndex != 0 {
 				add(r.LinkIndex)

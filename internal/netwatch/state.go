@@ -6,6 +6,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/aggd/aggd/internal/netcfg"
 )
 
 // ifState is what the watcher knows about one watched interface.
@@ -49,7 +51,7 @@ func readState(h *netlink.Handle, name string) (*ifState, error) {
 		return nil, err
 	}
 	for _, r := range routes {
-		if isDefault(&r) {
+		if netcfg.IsDefaultRoute(&r) {
 			st.gateways[r.Family] = gatewayOf(&r)
 		}
 	}
@@ -133,18 +135,6 @@ func globalPrefix(n *net.IPNet, scope int) (netip.Prefix, bool) {
 	}
 	ones, _ := n.Mask.Size()
 	return netip.PrefixFrom(ip.Unmap(), ones), true
-}
-
-// isDefault: a default route of the main table.
-func isDefault(r *netlink.Route) bool {
-	if r.Table != 0 && r.Table != unix.RT_TABLE_MAIN {
-		return false
-	}
-	if r.Dst == nil {
-		return true
-	}
-	ones, _ := r.Dst.Mask.Size()
-	return ones == 0
 }
 
 func gatewayOf(r *netlink.Route) netip.Addr {

@@ -10,6 +10,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/aggd/aggd/internal/netcfg"
 )
 
 // Config says what to watch.
@@ -189,7 +191,7 @@ func (w *Watcher) onAddr(ctx context.Context, u netlink.AddrUpdate) {
 }
 
 func (w *Watcher) onRoute(ctx context.Context, u netlink.RouteUpdate) {
-	if !isDefault(&u.Route) {
+	if !netcfg.IsDefaultRoute(&u.Route) {
 		return
 	}
 	name, st := w.byIndex(u.LinkIndex)
