@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -159,4 +160,26 @@ func RemoveLinkPins(dir, hookPrefix string) {
 	for _, p := range pins {
 		_ = os.Remove(p)
 	}
+}
+
+// RemoveLinkPinsExcept unpins the links in dir on hook (LinkPin's) whose interface is
+// not in keep, and returns those interfaces' names: an earlier run attached programs
+// there where this run attaches none.
+func RemoveLinkPinsExcept(dir, hook string, keep []string) []string {
+	if dir == "" {
+		return nil
+	}
+	prefix := linkPinPrefix + hook + "_"
+	pins, _ := filepath.Glob(filepath.Join(dir, prefix+"*"))
+	var removed []string
+	for _, p := range pins {
+		name := strings.TrimPrefix(filepath.Base(p), prefix)
+		if slices.Contains(keep, name) {
+			continue
+		}
+		if err := os.Remove(p); err == nil {
+			removed = append(removed, name)
+		}
+	}
+	return removed
 }

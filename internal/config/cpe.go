@@ -67,8 +67,13 @@ type CPETunnel struct {
 	// Required.
 	Address []netip.Prefix `yaml:"address"`
 	// MTU of the tunnel interface; 0 sizes it from the smallest uplink MTU minus the
-	// encapsulation overhead.
+	// encapsulation overhead, following the uplinks as they change.
 	MTU int `yaml:"mtu"`
+	// MTURaiseAfter is how long an automatic MTU (MTU 0) waits before it goes back up
+	// once the uplinks allow more (the small one left, or its MTU grew). It goes down at
+	// once. The wait keeps it from following every reconnect of a PPPoE line, whose
+	// interface goes away and comes back each time.
+	MTURaiseAfter time.Duration `yaml:"mtu_raise_after"`
 	// Routes are the destinations routed into the tunnel. An explicit empty list routes
 	// nothing (you add routes yourself).
 	Routes []netip.Prefix `yaml:"routes"`
@@ -135,10 +140,11 @@ const (
 func DefaultCPE() *CPE {
 	return &CPE{
 		Tunnel: CPETunnel{
-			Interface:   defaultTunnelInterface,
-			Routes:      []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")},
-			RouteMetric: defaultRouteMetric,
-			NAT:         true,
+			Interface:     defaultTunnelInterface,
+			Routes:        []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")},
+			RouteMetric:   defaultRouteMetric,
+			NAT:           true,
+			MTURaiseAfter: defaultMTURaiseAfter,
 		},
 		Reorder:       defaultReorder(),
 		Probe:         defaultProbe(),
@@ -245,6 +251,9 @@ func ipVersion(a netip.Addr) string {
 const (
 	defaultDirectAfter = 10 * time.Second
 	maxDirectAfter     = time.Hour
+
+	defaultMTURaiseAfter = 10 * time.Minute
+	maxMTURaiseAfter     = 24 * time.Hour
 )
 
 func (c *collector) checkFallback(f Fallback, p Probe) {
@@ -268,6 +277,9 @@ func (c *collector) checkCPETunnel(t CPETunnel) {
 		}
 	}
 	c.checkMTU("tunnel.mtu", t.MTU, hasIPv6(t.Address))
+	if t.MTURaiseAfter < 0 || t.MTURaiseAfter > maxMTURaiseAfter {
+		c.add("tunnel.mtu_raise_after", "%s is out of range 0s..%s", t.MTURaiseAfter, maxMTURaiseAfter)
+	}
 	c.checkRoutes("tunnel.routes", t.Routes)
 }
 

@@ -101,6 +101,7 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	session := sessionConfig("headend", cfg.Reorder, cfg.Probe, cfg.AQM)
 	var localPort uint16
 	var created func(string) // an uplink's interface created anew: its receive programs
+	var mtuChanged func(int) // the tunnel's MTU moved: the fast path's
 	if cfg.BPF.Enabled && !opts.NoBPF {
 		ifaces := make([]string, 0, len(uplinks))
 		for _, u := range uplinks {
@@ -113,10 +114,12 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 			session.Keys = sh.observer()
 			localPort = port
 			fp := tryFastPath(log, fastPathOn, port, dev.Name(), mtu, sh, m, host.keep)
+			dropUnwantedAttachments(log, host.keep, sh, fp)
 			if fp != nil {
 				defer fp.close()
 				session.FastPath = fp
 				session.Routes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+				mtuChanged = fp.setMTU
 			}
 			created = func(name string) { interfaceCreated(log, sh, fp, name) }
 		}
@@ -132,7 +135,9 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	for i, u := range uplinks {
 		headend[i] = u.Endpoint.Addr()
 	}
-	if err := watchUplinks(ctx, log, m, cpe, cfg.Uplinks, headend, dev.Name(), cfg.Tunnel.MTU == 0, created); err != nil {
+	uw := &uplinkWatch{log: log, m: m, cpe: cpe, uplinks: cfg.Uplinks, headend: headend, created: created,
+		tunName: dev.Name(), autoMTU: cfg.Tunnel.MTU == 0, raiseAfter: cfg.Tunnel.MTURaiseAfter, mtuChanged: mtuChanged}
+	if err := uw.watch(ctx); err != nil {
 		log.Warn("not watching the uplinks: a dead uplink leaves the bond only when its probes go unanswered, and an address change is not followed", "err", err)
 	}
 	if cfg.Fallback.Enabled {
@@ -201,6 +206,7 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 			defer sh.close()
 			session.Keys = sh.observer()
 			fp := tryFastPath(log, fastPathOn, cfg.Listen.Port(), dev.Name(), mtu, sh, m, host.keep)
+			dropUnwantedAttachments(log, host.keep, sh, fp)
 			if fp != nil {
 				defer fp.close()
 				session.FastPath = fp

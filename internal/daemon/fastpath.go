@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,7 +30,7 @@ type fastPath struct {
 	log     *slog.Logger
 	tx      *bpf.Tx
 	rx      *bpf.Rx
-	mtu     int
+	mtu     atomic.Int32       // the tunnel's MTU: longer packets go to the slow path (setMTU)
 	attach  []bpf.TCAttachment // the transmit program's
 	nexthop *nexthopCache
 	pins    string
@@ -69,8 +71,9 @@ func startFastPath(log *slog.Logger, port uint16, tunName string, mtu int, sh *s
 		return nil, fmt.Errorf("tunnel interface %s: %w", tunName, err)
 	}
 	rxIfaces := sh.interfaces()
-	f := &fastPath{log: log, mtu: mtu, nexthop: newNexthopCache(), open: make(map[uint32]bool), shield: sh.prog,
+	f := &fastPath{log: log, nexthop: newNexthopCache(), open: make(map[uint32]bool), shield: sh.prog,
 		pins: keep.dir, rxAttach: make(map[string]bpf.TCAttachment)}
+	f.mtu.Store(int32(mtu))
 	ok := false
 	defer func() {
 		if !ok {
@@ -117,6 +120,10 @@ func startFastPath(log *slog.Logger, port uint16, tunName string, mtu int, sh *s
 	ok = true
 	return f, nil
 }
+
+// setMTU follows the tunnel's MTU as the CPE's uplinks move it (tunnelMTU): the
+// sessions' next programming (each scheduling round) has it.
+func (f *fastPath) setMTU(mtu int) { f.mtu.Store(int32(mtu)) }
 
 func (f *fastPath) close() {
 	if f == nil {
@@ -175,6 +182,17 @@ func (f *fastPath) attachReceive(name string) error {
 	f.rxAttach[name] = a
 	f.log.Info("fast path: receive program attached", "interface", name, "index", ifc.Index, "mode", mode)
 	return nil
+}
+
+// receiveInterfaces lists the interfaces the receive program is attached to; none for a
+// nil fast path.
+func (f *fastPath) receiveInterfaces() []string {
+	if f == nil {
+		return nil
+	}
+	f.rxMu.Lock()
+	defer f.rxMu.Unlock()
+	return slices.Collect(maps.Keys(f.rxAttach))
 }
 
 // detachReceive forgets the receive program's attachment to the interface named name
@@ -338,7 +356,7 @@ func (s *fpSession) Program(st tunnel.TxState) {
 		s.stopTx()
 		return
 	}
-	ts := bpf.TxSession{Enabled: true, PeerIndex: st.PeerIndex, KeyID: st.KeyID, Key: st.Key, MTU: s.f.mtu, AQMGap: st.AQMGap}
+	ts := bpf.TxSession{Enabled: true, PeerIndex: st.PeerIndex, KeyID: st.KeyID, Key: st.Key, MTU: int(s.f.mtu.Load()), AQMGap: st.AQMGap}
 	for _, l := range st.Links {
 		i := s.slotOf(l.ID)
 		if i >= bpf.MaxTxLinks {

@@ -3,7 +3,9 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -50,4 +52,21 @@ func instancePinDir(pinRoot, tunName string) string {
 		return filepath.Join(pinRoot, tunName)
 	}
 	return filepath.Join(pinRoot, fmt.Sprintf("%s-netns%d", tunName, st.Ino))
+}
+
+// dropUnwantedAttachments detaches what an adopted earlier run left attached where
+// this run attaches nothing: its config, or the headend's choice of interfaces
+// (headendInterfaces), changed in between. The earlier run's XDP shield and receive
+// programs would otherwise go on running there, on a container's veth say, with nobody
+// to take them off. Called once this run has attached to the interfaces it wants that
+// are there; one that appears later gets a new attachment.
+func dropUnwantedAttachments(log *slog.Logger, keep persistence, sh *shield, fp *fastPath) {
+	if !keep.adopt || sh == nil {
+		return
+	}
+	for hook, kept := range map[string][]string{"xdp": slices.Collect(maps.Keys(sh.attached())), "tc_ingress": fp.receiveInterfaces()} {
+		for _, name := range bpf.RemoveLinkPinsExcept(keep.dir, hook, kept) {
+			log.Info("removed an earlier run's attachment this run does not want", "hook", hook, "interface", name)
+		}
+	}
 }

@@ -7,13 +7,13 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/aggd/aggd/internal/config"
 	"github.com/aggd/aggd/internal/metrics"
 	"github.com/aggd/aggd/internal/netcfg"
 	"github.com/aggd/aggd/internal/netwatch"
 	"github.com/aggd/aggd/internal/tunnel"
-	"github.com/aggd/aggd/internal/wire"
 )
 
 // uplinkWatch turns what netlink reports about the CPE's uplink interfaces into what
@@ -21,43 +21,59 @@ import (
 // carrier back has it probed again, an address change re-binds an uplink whose
 // source follows its interface (uplinks[].source unset), and an interface created
 // anew (a PPPoE reconnect's new ppp0) gets the uplink's socket, its route to the
-// headend and the receive programs (created) bound to it again; a smaller MTU lowers
-// the tunnel's (fitMTU).
+// headend and the receive programs (created) bound to it again; an MTU that changes,
+// or an interface that comes or goes, moves the tunnel's automatic MTU (tunnelmtu.go).
 type uplinkWatch struct {
 	log     *slog.Logger
 	m       *metrics.Set
 	cpe     *tunnel.CPE
 	uplinks []config.Uplink
 	headend []netip.Addr        // the headend's address as each uplink reaches it
-	tunName string              // the tunnel interface
-	autoMTU bool                // its MTU is automatic (tunnel.mtu unset): fitMTU may lower it
 	created func(ifname string) // attaches the receive programs; nil without BPF
 
+	tunName string // the tunnel interface
+	// autoMTU: the tunnel's MTU is automatic (tunnel.mtu unset) and follows the
+	// uplinks; it goes back up raiseAfter (tunnel.mtu_raise_after) after they allow more.
+	autoMTU    bool
+	raiseAfter time.Duration
+	// mtuChanged tells the fast path the tunnel's new MTU; nil without it.
+	mtuChanged func(mtu int)
+
+	// Only the event goroutine touches these.
+	//
 	// recreated marks uplinks whose interface was created anew and whose socket is
-	// still bound to the old one: the next address check re-binds it. Only the event
-	// goroutine touches it.
+	// still bound to the old one: the next address check re-binds it. raiseDue fires
+	// when a planned raise of the tunnel's MTU is due (nil: none planned).
 	recreated []bool
+	raiseDue  <-chan time.Time
 }
 
-// watchUplinks starts following the uplinks until ctx ends. Without it (no netlink
-// access) the links still fail over, only later: when their probes go unanswered.
-func watchUplinks(ctx context.Context, log *slog.Logger, m *metrics.Set, cpe *tunnel.CPE, uplinks []config.Uplink,
-	headend []netip.Addr, tunName string, autoMTU bool, created func(string)) error {
-	names := make([]string, 0, len(uplinks))
-	for _, u := range uplinks {
+// watch starts following the uplinks until ctx ends. Without it (no netlink access)
+// the links still fail over, only later: when their probes go unanswered.
+func (uw *uplinkWatch) watch(ctx context.Context) error {
+	names := make([]string, 0, len(uw.uplinks))
+	for _, u := range uw.uplinks {
 		names = append(names, u.Interface)
 	}
-	w, err := netwatch.Start(ctx, netwatch.Config{Interfaces: names, Log: log})
+	w, err := netwatch.Start(ctx, netwatch.Config{Interfaces: names, Log: uw.log})
 	if err != nil {
 		return err
 	}
-	uw := &uplinkWatch{log: log, m: m, cpe: cpe, uplinks: uplinks, headend: headend, tunName: tunName, autoMTU: autoMTU, created: created,
-		recreated: make([]bool, len(uplinks))}
+	uw.recreated = make([]bool, len(uw.uplinks))
 	go func() {
 		uw.catchUp()
-		for e := range w.Events() {
-			if ctx.Err() == nil {
-				uw.handle(e)
+		for {
+			select {
+			case e, ok := <-w.Events():
+				if !ok {
+					return
+				}
+				if ctx.Err() == nil {
+					uw.handle(e)
+				}
+			case <-uw.raiseDue:
+				uw.raiseDue = nil
+				uw.raiseTunnelMTU()
 			}
 		}
 	}()
@@ -92,6 +108,7 @@ func (uw *uplinkWatch) handle(e netwatch.Event) {
 	switch e.Kind {
 	case netwatch.CarrierLost:
 		uw.cpe.UplinkCarrier(id, false)
+		uw.reviewMTU() // the interface may be gone (a PPPoE line's ppp0 at a reconnect)
 	case netwatch.CarrierBack:
 		uw.cpe.UplinkCarrier(id, true)
 	case netwatch.AddressAdded, netwatch.AddressRemoved:
@@ -102,9 +119,7 @@ func (uw *uplinkWatch) handle(e netwatch.Event) {
 	case netwatch.Created:
 		uw.onCreated(id)
 	case netwatch.MTUChanged:
-		if !uw.cpe.UplinkWaiting(id) {
-			uw.fitMTU(id, uw.cpe.UplinkSource(id))
-		}
+		uw.reviewMTU()
 	}
 }
 
@@ -169,48 +184,9 @@ func (uw *uplinkWatch) rebind(id int, addr netip.Addr) {
 		return
 	}
 	uw.recreated[id] = false
-	uw.fitMTU(id, addr)
-}
-
-// fitMTU sizes the tunnel, and what the headend is told, to an uplink bound to an
-// interface the start did not see (it joined late, or came back as a new interface),
-// or whose MTU changed: it may carry less than assumed (a PPPoE line's 1492, a mobile
-// network's 1430).
-func (uw *uplinkWatch) fitMTU(id int, src netip.Addr) {
-	u := uw.uplinks[id]
-	inner, err := innerMTU(u, src)
-	if err != nil {
-		return
-	}
-	tunMTU, err := netcfg.InterfaceMTU(uw.tunName)
-	if err != nil {
-		uw.cpe.SetUplinkMTU(id, inner)
-		return
-	}
-	if uw.autoMTU && inner < tunMTU {
-		tunMTU = uw.lowerTunnelMTU(u, inner, inner+wire.OverheadFor(src), tunMTU)
-	}
-	uw.cpe.SetUplinkMTU(id, min(inner, tunMTU))
-}
-
-// lowerTunnelMTU lowers the tunnel's automatic MTU from cur to inner, for an uplink
-// (of MTU uplinkMTU) that carries less, and returns the tunnel's MTU after. New
-// connections then use the lower MTU, and the kernel tells senders of larger packets
-// (path MTU discovery). It never raises the MTU back.
-func (uw *uplinkWatch) lowerTunnelMTU(u config.Uplink, inner, uplinkMTU, cur int) int {
-	if inner < config.MinMTUIPv6 {
-		uw.log.Error(fmt.Sprintf("uplink MTU %d leaves %d for the tunnel, below IPv6's 1280: the tunnel stays at %d and the link's full-size packets will not fit; "+
-			"set tunnel.mtu, or leave this uplink out", uplinkMTU, inner, cur), "link", u.Name)
-		return cur
-	}
-	if err := netcfg.SetMTU(uw.tunName, inner); err != nil {
-		uw.log.Warn("cannot lower the tunnel MTU to fit the uplink; its full-size packets will not fit", "link", u.Name, "err", err)
-		return cur
-	}
-	uw.cpe.CapUplinkMTUs(inner)
-	uw.log.Warn("tunnel MTU lowered to fit the uplink (set uplinks[].mtu or tunnel.mtu to have it from the start)",
-		"link", u.Name, "uplink_mtu", uplinkMTU, "from", cur, "to", inner)
-	return inner
+	// The uplink joined late or came back as a new interface: it may carry less than
+	// the start assumed (a PPPoE line's 1492, a mobile network's 1430).
+	uw.reviewMTU()
 }
 
 func (uw *uplinkWatch) restoreGatewayRoute(id int) {

@@ -75,6 +75,8 @@ type CPE struct {
 	conns []*uplinkConn // one per uplink, index = link id (uplinkevents.go)
 	// announced counts announceLinks calls: LINK_NAMES go out on each uplink in turn.
 	announced atomic.Uint32
+	// announceNow asks for LINK_PARAMS before the next second's (SetUplinkMTU).
+	announceNow chan struct{}
 
 	localIndex uint32
 	session    atomic.Pointer[Session]
@@ -97,7 +99,7 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 		cfg: cfg, tun: tun, m: m, log: log.With("role", "cpe"),
 		macH: auth.MacKey(cfg.HeadendKey), macL: auth.MacKey(cfg.Local.Public()),
 		localIndex: randomIndex(), started: clock.Nanos(),
-		hsSlot: make(chan struct{}, 1),
+		hsSlot: make(chan struct{}, 1), announceNow: make(chan struct{}, 1),
 	}
 	for _, u := range cfg.Uplinks {
 		uc, err := c.openUplink(u)
@@ -177,6 +179,10 @@ func (c *CPE) Run(ctx context.Context) error {
 				s.tick(now)
 			}
 		case <-announce.C:
+			if s := c.session.Load(); s != nil {
+				c.announceLinks(s)
+			}
+		case <-c.announceNow:
 			if s := c.session.Load(); s != nil {
 				c.announceLinks(s)
 			}

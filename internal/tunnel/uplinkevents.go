@@ -117,19 +117,22 @@ func (c *CPE) UplinkSourcePresent(id int, present bool) {
 func (c *CPE) UplinkWaiting(id int) bool { return c.conns[id].standIn.Load() }
 
 // SetUplinkMTU changes what the headend is told of the largest inner packet uplink id
-// carries (Uplink.MTU): an uplink that joined late, or came back as a new interface,
-// may carry less than the start assumed. The next announcement (once a second) has it.
-func (c *CPE) SetUplinkMTU(id, mtu int) { c.conns[id].mtu.Store(uint32(mtu)) }
-
-// CapUplinkMTUs lowers what the headend is told of every uplink to at most mtu: the
-// tunnel's MTU went down to it, and no uplink takes more than the tunnel.
-func (c *CPE) CapUplinkMTUs(mtu int) {
-	for _, uc := range c.conns {
-		if uc.mtu.Load() > uint32(mtu) {
-			uc.mtu.Store(uint32(mtu))
-		}
+// carries (Uplink.MTU; 0: unknown, the headend goes by the other uplinks): an uplink
+// that joined late, or came back as a new interface, may carry less than the start
+// assumed, and the tunnel's MTU may have moved. A change is announced at once, so that
+// the headend sizes its packets before it uses a link that came back.
+func (c *CPE) SetUplinkMTU(id, mtu int) {
+	if c.conns[id].mtu.Swap(uint32(mtu)) == uint32(mtu) {
+		return
+	}
+	select {
+	case c.announceNow <- struct{}{}:
+	default: // one is due already
 	}
 }
+
+// UplinkMTU is what the headend is told of uplink id (SetUplinkMTU).
+func (c *CPE) UplinkMTU(id int) int { return int(c.conns[id].mtu.Load()) }
 
 // UplinkSource is the address uplink id's socket is bound to.
 func (c *CPE) UplinkSource(id int) netip.Addr {

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -42,4 +44,60 @@ func TestHeadendShieldsItsDefaultRoutesInterfaces(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// A headend that died (no clean stop) and comes back with fewer interfaces in
+// bpf.interfaces, or a different choice of them (the default route moved, or a
+// container's veth was listed by mistake), takes the earlier run's XDP shield and
+// receive program off the interfaces it no longer wants: they were pinned, so they
+// outlived the daemon that attached them, and nothing else would ever detach them. The
+// interfaces it still wants keep theirs.
+func TestAdoptingHeadendDetachesWhatItNoLongerWants(t *testing.T) {
+	n := newTopology(t)
+	n.AddNS("ctr")
+	n.Veth("hub", "vethctr", "", "ctr", "eth0", "")
+	b := startBondWith(t, n, bondOptions{hubInterfaces: "  interfaces: [hl1, hl2, hl3, vethctr]\n"}, "--fast-path")
+	for _, ifc := range []string{"hl1", "vethctr"} {
+		if !b.hasXDP(ifc) || !b.hasTCIngress(ifc) {
+			t.Fatalf("before the restart: want the shield and the receive program on %s (the test would prove nothing):\n%s",
+				ifc, b.Run("hub", "ip", "link", "show", "dev", ifc))
+		}
+	}
+
+	kill(t, b.headend)
+	cfg := filepath.Join(b.dir, "hub.yaml")
+	writeFile(t, b.dir, "hub.yaml", strings.Replace(readFileString(cfg), ", vethctr]", "]", 1))
+	hubLog := filepath.Join(b.dir, "hub-restart.log")
+	b.headend = b.Start("hub", hubLog, append([]string{aggdBinary, "headend", "--config", cfg, "--fast-path"},
+		strings.Fields(os.Getenv("AGGD_E2E_DAEMON_ARGS"))...)...)
+	b.waitReady(t)
+	if !strings.Contains(readFileString(hubLog), "adopting the fast path an earlier run left pinned") {
+		t.Fatalf("the restarted headend did not adopt the pinned fast path; its log:\n%s", tail([]byte(readFileString(hubLog)), 3000))
+	}
+	if b.hasXDP("vethctr") || b.hasTCIngress("vethctr") {
+		t.Errorf("the earlier run's programs are still on vethctr, which the restarted headend does not list (XDP %v, receive program pinned %v)",
+			b.hasXDP("vethctr"), b.hasTCIngress("vethctr"))
+	}
+	for _, ifc := range []string{"hl1", "hl2", "hl3"} {
+		if !b.hasXDP(ifc) || !b.hasTCIngress(ifc) {
+			t.Errorf("the restarted headend lost its shield or receive program on %s (XDP %v, receive program pinned %v)", ifc, b.hasXDP(ifc), b.hasTCIngress(ifc))
+		}
+	}
+	if out, err := n.Try("lan", "ping", "-c", "3", "-i", "0.2", "-W", "2", server); err != nil {
+		t.Errorf("no ping through the bond after the restart: %v\n%s", err, out)
+	}
+}
+
+// hasXDP says whether an XDP program is attached to the headend's interface ifc.
+func (b *bond) hasXDP(ifc string) bool {
+	return strings.Contains(b.Run("hub", "ip", "link", "show", "dev", ifc), "prog/xdp")
+}
+
+// hasTCIngress says whether the receive program's attachment to the headend's
+// interface ifc is pinned. (The bpftool of Debian 12 does not list tcx links; a pinned
+// link whose daemon died is held by its pin alone, so it is attached exactly while the
+// pin is there.)
+func (b *bond) hasTCIngress(ifc string) bool {
+	pins, _ := filepath.Glob(filepath.Join(pinRoot, "*", "link_tc_ingress_"+ifc))
+	return len(pins) > 0
 }

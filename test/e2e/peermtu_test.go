@@ -2,9 +2,13 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aggd/aggd/internal/testnet"
 )
 
 // A CPE whose lines take less than a full-size tunnel packet (PPPoE's 1492 bytes here,
@@ -53,36 +57,142 @@ func TestHeadendFitsPacketsToTheCPEsLines(t *testing.T) {
 
 // An uplink whose MTU shrinks while the bond runs (a DHCP client applying an LTE
 // modem's MTU option) shrinks the CPE's tunnel, and the headend's route to the CPE,
-// to fit it: 1400 - 56 = 1344.
+// to fit it at once: 1400 - 56 = 1344. The tunnel goes back up once the uplinks have
+// allowed more for tunnel.mtu_raise_after (4 s here), whether the small uplink left
+// (its interface deleted, as a PPPoE line's at a reconnect) or its MTU grew; the
+// headend's route follows.
 func TestUplinkMTUChangeIsFollowed(t *testing.T) {
 	n := newTopology(t)
-	b := startBond(t, n)
+	b := startBondWith(t, n, bondOptions{tunnel: "  mtu_raise_after: 4s\n"})
 	n.Run("srv", "ip", "route", "add", "100.64.0.0/24", "via", "10.97.0.1")
-	n.Run("cpe", "ip", "link", "set", "up3", "mtu", "1400")
-	n.Run("hub", "ip", "link", "set", "hl3", "mtu", "1400")
+	setUp3MTU(n, 1400)
 
 	b.waitRouteMTU(t, 1344)
-	if out := n.Run("cpe", "ip", "link", "show", "agg0"); !strings.Contains(out, " mtu 1344 ") {
-		t.Errorf("agg0 after up3's MTU went to 1400: want mtu 1344:\n%s", out)
+	b.checkTunnelMTU(t, 1344, "after up3's MTU went to 1400")
+	b.checkDFPings(t, 1344)
+
+	// up3 leaves: the tunnel keeps its MTU through the wait, then goes up, and the
+	// headend is told up3's MTU is unknown.
+	n.Run("cpe", "ip", "link", "del", "up3")
+	time.Sleep(1500 * time.Millisecond)
+	b.checkTunnelMTU(t, 1344, "1.5 s after up3's interface was deleted (the wait is 4 s)")
+	b.waitMTUs(t, 1444, 0)
+	b.checkDFPings(t, 1444)
+
+	// up3 comes back as small as it left: down again at once, no wait.
+	addUplink(n, 3, topologyOptions{shaped: true, mtu: 1400})
+	b.waitMTUs(t, 1344, 1344)
+
+	// Its MTU grows: up again after the wait.
+	setUp3MTU(n, 1500)
+	b.waitMTUs(t, 1444, 0)
+	b.checkDFPings(t, 1444)
+}
+
+// checkDFPings checks that the server reaches the CPE with packets of mtu bytes with
+// DF set, and that a packet one byte larger gets "fragmentation needed" with mtu.
+func (b *bond) checkDFPings(t *testing.T, mtu int) {
+	t.Helper()
+	// The server's kernel remembers a smaller path MTU it was told of for 10 minutes
+	// (net.ipv4.route.mtu_expires), as any sender does: forget it, to see the path as
+	// it is now.
+	b.Run("srv", "ip", "route", "flush", "cache")
+	// ping -s is the ICMP payload: 28 bytes of IPv4 and ICMP headers make the packet.
+	fits, tooBig := strconv.Itoa(mtu-28), strconv.Itoa(mtu-27)
+	if out, err := b.Try("srv", "ping", "-c", "5", "-i", "0.2", "-W", "2", "-M", "do", "-s", fits, "100.64.0.2"); err != nil || !strings.Contains(out, " 0% packet loss") {
+		t.Errorf("%d-byte packets with DF set to the CPE lost (%v):\n%s", mtu, err, out)
 	}
-	if out, err := b.Try("srv", "ping", "-c", "5", "-i", "0.2", "-W", "2", "-M", "do", "-s", "1316", "100.64.0.2"); err != nil || !strings.Contains(out, " 0% packet loss") {
-		t.Errorf("1344-byte packets with DF set to the CPE lost (%v):\n%s", err, out)
+	out, _ := b.Try("srv", "ping", "-c", "2", "-i", "0.2", "-W", "2", "-M", "do", "-s", tooBig, "100.64.0.2")
+	if want := fmt.Sprintf("mtu = %d", mtu); !strings.Contains(out, want) && !strings.Contains(out, strings.ReplaceAll(want, " ", "")) {
+		t.Errorf("a %d-byte packet with DF set to the CPE: want \"fragmentation needed\" with mtu %d, got:\n%s", mtu+1, mtu, out)
 	}
-	out, _ := b.Try("srv", "ping", "-c", "2", "-i", "0.2", "-W", "2", "-M", "do", "-s", "1317", "100.64.0.2")
-	if !strings.Contains(out, "mtu = 1344") && !strings.Contains(out, "mtu=1344") {
-		t.Errorf("a 1345-byte packet with DF set to the CPE: want \"fragmentation needed\" with mtu 1344, got:\n%s", out)
+}
+
+// checkTunnelMTU checks the CPE's agg0 MTU now.
+func (b *bond) checkTunnelMTU(t *testing.T, mtu int, when string) {
+	t.Helper()
+	if out := b.Run("cpe", "ip", "link", "show", "agg0"); !strings.Contains(out, fmt.Sprintf(" mtu %d ", mtu)) {
+		t.Errorf("agg0 %s: want mtu %d:\n%s", when, mtu, out)
+	}
+}
+
+// setUp3MTU sets the MTU of uplink 3's two ends.
+func setUp3MTU(n *testnet.Net, mtu int) {
+	n.Run("cpe", "ip", "link", "set", "up3", "mtu", strconv.Itoa(mtu))
+	n.Run("hub", "ip", "link", "set", "hl3", "mtu", strconv.Itoa(mtu))
+}
+
+// waitMTUs waits until the CPE's agg0 has MTU tunnel and the headend routes the CPE
+// with MTU route (0: none).
+func (b *bond) waitMTUs(t *testing.T, tunnel, route int) {
+	t.Helper()
+	b.waitTunnelMTU(t, tunnel)
+	b.waitRouteMTU(t, route)
+}
+
+// waitTunnelMTU waits until the CPE's agg0 has the given MTU.
+func (b *bond) waitTunnelMTU(t *testing.T, mtu int) {
+	t.Helper()
+	want := fmt.Sprintf(" mtu %d ", mtu)
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(b.Run("cpe", "ip", "link", "show", "agg0"), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the CPE's agg0 has no mtu %d after 15 s:\n%s", mtu, b.Run("cpe", "ip", "link", "show", "agg0"))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
 // waitRouteMTU waits until the headend routes the CPE's tunnel address with the given
-// MTU.
+// MTU; 0: with none (agg0's own).
 func (b *bond) waitRouteMTU(t *testing.T, mtu int) {
 	t.Helper()
-	want := fmt.Sprintf(" mtu %d", mtu)
+	has := func(route string) bool {
+		if mtu == 0 {
+			return route != "" && !strings.Contains(route, " mtu ")
+		}
+		return strings.Contains(route, fmt.Sprintf(" mtu %d", mtu))
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(b.Run("hub", "ip", "route", "show", "100.64.0.2"), want) {
+	for !has(b.Run("hub", "ip", "route", "show", "100.64.0.2")) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the headend's route to the CPE has no mtu %d after 10 s:\n%s", mtu, b.Run("hub", "ip", "route", "show", "dev", "agg0"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A CPE that starts with a small uplink (up3 at 1400) sizes its tunnel to it, and
+// raises it once the uplink grows. With the fast path the kernel then sends the larger
+// packets itself: its MTU follows the tunnel's.
+func TestTunnelMTUStartedSmallGoesUp(t *testing.T) {
+	n := newTopology(t)
+	setUp3MTU(n, 1400)
+	b := startBondWith(t, n, bondOptions{tunnel: "  mtu_raise_after: 1s\n"})
+	n.Run("srv", "ip", "route", "add", "100.64.0.0/24", "via", "10.97.0.1")
+	b.checkTunnelMTU(t, 1344, "at the start, with up3 at 1400")
+	b.waitRouteMTU(t, 1344)
+
+	setUp3MTU(n, 1500)
+	b.waitMTUs(t, 1444, 0)
+	b.checkDFPings(t, 1444)
+	if !strings.Contains(os.Getenv("AGGD_E2E_DAEMON_ARGS"), "--fast-path") {
+		return
+	}
+	// The fast path takes the new MTU at the session's next programming (each probe
+	// interval): until then a full-size packet takes the slow path (verdict oversize),
+	// and without it every one would.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		before := b.verdictCounts(t, "cpe")["tx"]
+		_, _ = b.Try("srv", "ping", "-c", "1", "-W", "2", "-M", "do", "-s", "1416", "100.64.0.2") // a 1444-byte reply
+		after := b.verdictCounts(t, "cpe")["tx"]
+		if after["fast"] > before["fast"] && after["oversize"] == before["oversize"] {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the CPE's fast path still hands 1444-byte packets to userspace 5 s after the tunnel went to 1444 (fast %v -> %v, oversize %v -> %v)",
+				before["fast"], after["fast"], before["oversize"], after["oversize"])
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

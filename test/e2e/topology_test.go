@@ -169,8 +169,9 @@ type bondOptions struct {
 	noRates bool
 	// uplink adds lines to uplink k's entry (k from 1), indented like its keys.
 	uplink map[int]string
-	// cpe adds top-level lines to the CPE config.
-	cpe string
+	// cpe adds top-level lines to the CPE config, tunnel lines to its tunnel section
+	// (indented like its keys).
+	cpe, tunnel string
 	// listen is the headend's listen address; "" is headendIP:4242.
 	listen string
 	// noWait returns once both daemons run, without waiting for the bond to be ready
@@ -180,12 +181,17 @@ type bondOptions struct {
 	// its shield goes itself (the default routes' interfaces). Otherwise the config
 	// lists the uplinks' hl1..hl3 and the second CPE's hm1, hm2 (TestHeadendServesTwoCPEs).
 	autoInterfaces bool
+	// hubInterfaces, if set, is the headend config's bpf.interfaces line instead.
+	hubInterfaces string
 }
 
 // hubInterfaces is the headend config's bpf.interfaces line for opts.
 func hubInterfaces(opts bondOptions) string {
 	if opts.autoInterfaces {
 		return ""
+	}
+	if opts.hubInterfaces != "" {
+		return opts.hubInterfaces
 	}
 	return "  interfaces: [hl1, hl2, hl3, hm1, hm2]\n"
 }
@@ -209,12 +215,12 @@ headend:
   public_key: %s
 tunnel:
   address: [100.64.0.2/32]
-uplinks:
+%suplinks:
 %slog:
   level: debug
 bpf:
   pin_dir: %s
-%s`, filepath.Join(dir, "cpe.key"), headendIP, hubKey, ups.String(), pinRoot, opts.cpe))
+%s`, filepath.Join(dir, "cpe.key"), headendIP, hubKey, opts.tunnel, ups.String(), pinRoot, opts.cpe))
 	listen := opts.listen
 	if listen == "" {
 		listen = headendIP + ":4242"
