@@ -3,8 +3,10 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,6 +149,13 @@ func (b *bond) waitTunnelMTU(t *testing.T, mtu int) {
 // MTU; 0: with none (agg0's own).
 func (b *bond) waitRouteMTU(t *testing.T, mtu int) {
 	t.Helper()
+	b.waitPrefixMTU(t, "100.64.0.2", mtu)
+}
+
+// waitPrefixMTU waits until the headend routes prefix into agg0 with the given MTU; 0:
+// with none.
+func (b *bond) waitPrefixMTU(t *testing.T, prefix string, mtu int) {
+	t.Helper()
 	has := func(route string) bool {
 		if mtu == 0 {
 			return route != "" && !strings.Contains(route, " mtu ")
@@ -154,9 +163,9 @@ func (b *bond) waitRouteMTU(t *testing.T, mtu int) {
 		return strings.Contains(route, fmt.Sprintf(" mtu %d", mtu))
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for !has(b.Run("hub", "ip", "route", "show", "100.64.0.2")) {
+	for !has(b.Run("hub", "ip", "route", "show", prefix)) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the headend's route to the CPE has no mtu %d after 10 s:\n%s", mtu, b.Run("hub", "ip", "route", "show", "dev", "agg0"))
+			t.Fatalf("the headend's route to %s has no mtu %d after 10 s:\n%s", prefix, mtu, b.Run("hub", "ip", "route", "show", "dev", "agg0"))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -196,4 +205,50 @@ func TestTunnelMTUStartedSmallGoesUp(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// The headend's route MTU for a CPE follows what changes around it: a reload that gives
+// the CPE a new prefix routes it with the CPE's MTU from the start (not only once the
+// CPE, whose session the change closed, has handshaken again and announced its MTU),
+// and a CPE that restarts on larger lines (a new session) has its routes go back to
+// the tunnel's MTU.
+func TestRouteMTUAcrossReloadAndNewSession(t *testing.T) {
+	n := buildTopologyWith(t, "am", topologyOptions{shaped: true, mtu: 1492})
+	b := startBond(t, n)
+	b.waitRouteMTU(t, 1436)
+
+	// A reload adds a LAN prefix behind the CPE.
+	hubYAML := filepath.Join(b.dir, "hub.yaml")
+	const lan = "192.168.77.0/24"
+	cfg := readFileString(hubYAML)
+	edited := strings.Replace(cfg, "tunnel_address: [100.64.0.2/32]\n", "tunnel_address: [100.64.0.2/32]\n    routes: ["+lan+"]\n", 1)
+	if edited == cfg {
+		t.Fatalf("hub.yaml does not have the layout this test edits:\n%s", cfg)
+	}
+	writeFile(t, b.dir, "hub.yaml", edited)
+	if err := b.headend.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, filepath.Join(b.dir, "hub.log"), "reload: peers applied", 10*time.Second)
+	if route := b.Run("hub", "ip", "route", "show", lan); !strings.Contains(route, " mtu 1436") {
+		t.Errorf("the CPE's new prefix %s is routed without the CPE's MTU 1436 once the reload is applied:\n%s", lan, route)
+	}
+	b.waitRouteMTU(t, 1436) // and with the new session
+	b.waitPrefixMTU(t, lan, 1436)
+
+	// The CPE restarts after its lines went to 1500 bytes: its new session announces
+	// full-size packets, and the routes lose their MTU.
+	if err := b.cpe.Cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	<-b.cpe.Done
+	for k := 1; k <= len(uplinkRates); k++ {
+		n.Run("cpe", "ip", "link", "set", fmt.Sprintf("up%d", k), "mtu", "1500")
+		n.Run("hub", "ip", "link", "set", fmt.Sprintf("hl%d", k), "mtu", "1500")
+	}
+	b.cpe = b.Start("cpe", filepath.Join(b.dir, "cpe-restart.log"), append([]string{aggdBinary, "cpe", "--config", filepath.Join(b.dir, "cpe.yaml")},
+		strings.Fields(os.Getenv("AGGD_E2E_DAEMON_ARGS"))...)...)
+	b.waitReady(t)
+	b.waitPrefixMTU(t, lan, 0)
+	b.waitRouteMTU(t, 0)
 }
