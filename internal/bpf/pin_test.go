@@ -218,3 +218,37 @@ func aggdFilters(t *testing.T, ifindex int) int {
 	}
 	return n
 }
+
+// RemoveLinkPinsExcept removes one hook's link pins whose interface is not kept,
+// whatever the interface's name holds (underscores, another hook's name), and nothing
+// of the other hooks or the maps.
+func TestRemoveLinkPinsExcept(t *testing.T) {
+	dir := t.TempDir()
+	names := []string{
+		LinkPin(dir, "xdp", "eth0"), LinkPin(dir, "xdp", "veth_ctr1"), LinkPin(dir, "xdp", "tc_ingress_x"),
+		LinkPin(dir, "tc_ingress", "eth0"), LinkPin(dir, "tc_ingress", "veth_ctr1"), LinkPin(dir, "tc_egress", "agg0"),
+		filepath.Join(dir, "tx_sessions"),
+	}
+	for _, p := range names {
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := RemoveLinkPinsExcept(dir, "xdp", []string{"eth0"})
+	if len(got) != 2 || !((got[0] == "veth_ctr1" && got[1] == "tc_ingress_x") || (got[1] == "veth_ctr1" && got[0] == "tc_ingress_x")) {
+		t.Errorf("removed %q, want veth_ctr1 and tc_ingress_x", got)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "*"))
+	want := []string{names[0], names[3], names[4], names[5], names[6]}
+	if len(left) != len(want) {
+		t.Fatalf("left %q, want %q", left, want)
+	}
+	for _, p := range want {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s removed: %v", filepath.Base(p), err)
+		}
+	}
+	if got := RemoveLinkPinsExcept("", "xdp", nil); got != nil {
+		t.Errorf("no pin directory: removed %q", got)
+	}
+}

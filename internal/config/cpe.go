@@ -278,7 +278,7 @@ func (c *collector) checkCPETunnel(t CPETunnel) {
 	}
 	c.checkMTU("tunnel.mtu", t.MTU, hasIPv6(t.Address))
 	if t.MTURaiseAfter < 0 || t.MTURaiseAfter > maxMTURaiseAfter {
-		c.add("tunnel.mtu_raise_after", "%s is out of range 0s..%s", t.MTURaiseAfter, maxMTURaiseAfter)
+		c.add("tunnel.mtu_raise_after", "%s is out of range 0s..%s (to keep one MTU, set tunnel.mtu instead)", t.MTURaiseAfter, maxMTURaiseAfter)
 	}
 	c.checkRoutes("tunnel.routes", t.Routes)
 }

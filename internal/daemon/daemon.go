@@ -122,6 +122,8 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 				mtuChanged = fp.setMTU
 			}
 			created = func(name string) { interfaceCreated(log, sh, fp, name) }
+		} else {
+			dropUnwantedAttachments(log, host.keep, nil, nil)
 		}
 	}
 	cpe, err := tunnel.NewCPE(tunnel.CPEConfig{
@@ -217,6 +219,8 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 			watchNewInterfaces(wctx, log, sh, func() []string { return headendInterfaces(cfg, dev.Name()) },
 				func(name string) { interfaceCreated(log, sh, fp, name) },
 				func(name string) { interfaceDeleted(sh, fp, name) })
+		} else {
+			dropUnwantedAttachments(log, host.keep, nil, nil)
 		}
 	}
 	he, err := tunnel.NewHeadend(tunnel.HeadendConfig{

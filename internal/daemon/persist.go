@@ -61,7 +61,14 @@ func instancePinDir(pinRoot, tunName string) string {
 // to take them off. Called once this run has attached to the interfaces it wants that
 // are there; one that appears later gets a new attachment.
 func dropUnwantedAttachments(log *slog.Logger, keep persistence, sh *shield, fp *fastPath) {
-	if !keep.adopt || sh == nil {
+	if !keep.adopt {
+		return
+	}
+	if sh == nil {
+		// Nothing of this run is attached: the earlier run's programs, its transmit
+		// program on agg0 too, would go on with sessions nobody programs any more.
+		bpf.RemoveLinkPins(keep.dir, "")
+		log.Warn("removed the earlier run's attachments: this run attaches no BPF program (see the shield's error above)")
 		return
 	}
 	for hook, kept := range map[string][]string{"xdp": slices.Collect(maps.Keys(sh.attached())), "tc_ingress": fp.receiveInterfaces()} {

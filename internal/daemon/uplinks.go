@@ -43,9 +43,11 @@ type uplinkWatch struct {
 	//
 	// recreated marks uplinks whose interface was created anew and whose socket is
 	// still bound to the old one: the next address check re-binds it. raiseDue fires
-	// when a planned raise of the tunnel's MTU is due (nil: none planned).
+	// when a planned wait for the tunnel's MTU ends (nil: none planned). tooSmall marks
+	// the uplinks an error says the tunnel does not follow (warnTooSmall).
 	recreated []bool
 	raiseDue  <-chan time.Time
+	tooSmall  []bool
 }
 
 // watch starts following the uplinks until ctx ends. Without it (no netlink access)
@@ -60,10 +62,13 @@ func (uw *uplinkWatch) watch(ctx context.Context) error {
 		return err
 	}
 	uw.recreated = make([]bool, len(uw.uplinks))
+	uw.tooSmall = make([]bool, len(uw.uplinks))
 	go func() {
 		uw.catchUp()
 		for {
 			select {
+			case <-ctx.Done():
+				return // the daemon is stopping: the tunnel goes with it
 			case e, ok := <-w.Events():
 				if !ok {
 					return
@@ -73,7 +78,7 @@ func (uw *uplinkWatch) watch(ctx context.Context) error {
 				}
 			case <-uw.raiseDue:
 				uw.raiseDue = nil
-				uw.raiseTunnelMTU()
+				uw.endWait()
 			}
 		}
 	}()
@@ -108,7 +113,6 @@ func (uw *uplinkWatch) handle(e netwatch.Event) {
 	switch e.Kind {
 	case netwatch.CarrierLost:
 		uw.cpe.UplinkCarrier(id, false)
-		uw.reviewMTU() // the interface may be gone (a PPPoE line's ppp0 at a reconnect)
 	case netwatch.CarrierBack:
 		uw.cpe.UplinkCarrier(id, true)
 	case netwatch.AddressAdded, netwatch.AddressRemoved:
@@ -118,7 +122,8 @@ func (uw *uplinkWatch) handle(e netwatch.Event) {
 		// routes its packets by the interface's routes as they are now.
 	case netwatch.Created:
 		uw.onCreated(id)
-	case netwatch.MTUChanged:
+	case netwatch.MTUChanged, netwatch.Deleted:
+		// Deleted: the small uplink may have gone (a PPPoE line's ppp0 at a reconnect).
 		uw.reviewMTU()
 	}
 }
@@ -146,6 +151,12 @@ func (uw *uplinkWatch) checkSource(id int) {
 	want := cur // the address the uplink's socket should have
 	if u.Source.IsValid() {
 		want = u.Source.Unmap()
+	}
+	if _, err := net.InterfaceByName(u.Interface); err != nil {
+		// Gone (a PPPoE line's ppp0 at a disconnect): its addresses went with it, and
+		// its carrier event has taken the link down. It re-binds when it is back.
+		uw.cpe.UplinkSourcePresent(id, false)
+		return
 	}
 	addrs, err := netcfg.GlobalAddresses(u.Interface, want.Is6())
 	if err != nil {

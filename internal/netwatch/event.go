@@ -33,6 +33,9 @@ const (
 	// MTUChanged: the interface's MTU changed while it existed (a DHCP client applying
 	// a modem's MTU option); not reported for one created anew.
 	MTUChanged
+	// Deleted: the interface is gone (a PPPoE line's ppp0 at a disconnect). Reported
+	// after its carrier and addresses went.
+	Deleted
 )
 
 var kindNames = [...]string{
@@ -43,11 +46,12 @@ var kindNames = [...]string{
 	RouteChanged:   "route_changed",
 	Created:        "created",
 	MTUChanged:     "mtu_changed",
+	Deleted:        "deleted",
 }
 
 // String is the snake_case name, suitable as a metric label.
 func (k Kind) String() string {
-	if k >= CarrierLost && k <= MTUChanged {
+	if k >= CarrierLost && k <= Deleted {
 		return kindNames[k]
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))

@@ -78,11 +78,13 @@ func TestWatchVeth(t *testing.T) {
 	ev.expect(Event{Interface: "absent0", Kind: CarrierBack})
 	n.Run("a", "ip", "link", "del", "absent0")
 	ev.expect(Event{Interface: "absent0", Kind: CarrierLost})
+	ev.expect(Event{Interface: "absent0", Kind: Deleted})
 
 	// Deleted and created again under the same name (a PPPoE reconnect's new ppp0):
 	// created again, with its address.
 	n.Run("a", "ip", "link", "del", "wa")
 	ev.expect(Event{Interface: "wa", Kind: CarrierLost})
+	ev.expect(Event{Interface: "wa", Kind: Deleted})
 	n.Veth("a", "wa", "10.77.0.2/24", "b", "wb", "10.77.0.1/24")
 	ev.expect(Event{Interface: "wa", Kind: Created})
 	ev.expect(Event{Interface: "wa", Kind: AddressAdded, Address: netip.MustParsePrefix("10.77.0.2/24")})
@@ -157,7 +159,7 @@ func waitClosed(t *testing.T, ch <-chan Event) {
 }
 
 func TestKindNames(t *testing.T) {
-	for k := CarrierLost; k <= MTUChanged; k++ {
+	for k := CarrierLost; k <= Deleted; k++ {
 		if s := k.String(); s == "" || s == fmt.Sprintf("kind(%d)", uint8(k)) {
 			t.Errorf("kind %d has no name", k)
 		}

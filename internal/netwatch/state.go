@@ -90,6 +90,9 @@ func diff(name string, old, cur *ifState, cause string) []Event {
 			evs = append(evs, Event{Interface: name, Kind: RouteChanged, Cause: cause})
 		}
 	}
+	if old.index != 0 && cur.index == 0 {
+		evs = append(evs, Event{Interface: name, Kind: Deleted, Cause: cause})
+	}
 	return evs
 }
 

@@ -94,10 +94,11 @@ func (b *bond) hasXDP(ifc string) bool {
 }
 
 // hasTCIngress says whether the receive program's attachment to the headend's
-// interface ifc is pinned. (The bpftool of Debian 12 does not list tcx links; a pinned
-// link whose daemon died is held by its pin alone, so it is attached exactly while the
-// pin is there.)
+// interface ifc is pinned in the headend's pin directory. (The bpftool of Debian 12
+// does not list tcx links; a pinned link whose daemon died is held by its pin alone,
+// so it is attached exactly while the pin is there.)
 func (b *bond) hasTCIngress(ifc string) bool {
-	pins, _ := filepath.Glob(filepath.Join(pinRoot, "*", "link_tc_ingress_"+ifc))
-	return len(pins) > 0
+	ino := strings.TrimSpace(b.Run("hub", "stat", "-L", "-c", "%i", "/proc/self/ns/net"))
+	_, err := os.Stat(filepath.Join(pinRoot, "agg0-netns"+ino, "link_tc_ingress_"+ifc))
+	return err == nil
 }

@@ -61,7 +61,7 @@ func TestHeadendFitsPacketsToTheCPEsLines(t *testing.T) {
 // modem's MTU option) shrinks the CPE's tunnel, and the headend's route to the CPE,
 // to fit it at once: 1400 - 56 = 1344. The tunnel goes back up once the uplinks have
 // allowed more for tunnel.mtu_raise_after (4 s here), whether the small uplink left
-// (its interface deleted, as a PPPoE line's at a reconnect) or its MTU grew; the
+// (its interface taken down and deleted, as a PPPoE line's at a disconnect) or its MTU grew; the
 // headend's route follows.
 func TestUplinkMTUChangeIsFollowed(t *testing.T) {
 	n := newTopology(t)
@@ -73,8 +73,11 @@ func TestUplinkMTUChangeIsFollowed(t *testing.T) {
 	b.checkTunnelMTU(t, 1344, "after up3's MTU went to 1400")
 	b.checkDFPings(t, 1344)
 
-	// up3 leaves: the tunnel keeps its MTU through the wait, then goes up, and the
-	// headend is told up3's MTU is unknown.
+	// up3 leaves as a PPPoE line's ppp0 does (taken down, then deleted): the tunnel
+	// keeps its MTU through the wait, then goes up, and the headend is told up3's MTU
+	// is unknown.
+	n.Run("cpe", "ip", "link", "set", "up3", "down")
+	time.Sleep(300 * time.Millisecond)
 	n.Run("cpe", "ip", "link", "del", "up3")
 	time.Sleep(1500 * time.Millisecond)
 	b.checkTunnelMTU(t, 1344, "1.5 s after up3's interface was deleted (the wait is 4 s)")
@@ -251,4 +254,20 @@ func TestRouteMTUAcrossReloadAndNewSession(t *testing.T) {
 	b.waitReady(t)
 	b.waitPrefixMTU(t, lan, 0)
 	b.waitRouteMTU(t, 0)
+}
+
+// With tunnel.mtu set the tunnel's MTU never moves, but what the headend is told does:
+// an uplink that carried less (up3 at 1400) and whose interface has been gone for
+// tunnel.mtu_raise_after is announced as unknown, and the headend's route to the CPE
+// loses the smaller MTU.
+func TestFixedTunnelMTUForgetsAGoneUplink(t *testing.T) {
+	n := newTopology(t)
+	setUp3MTU(n, 1400)
+	b := startBondWith(t, n, bondOptions{tunnel: "  mtu: 1444\n  mtu_raise_after: 1s\n"})
+	b.checkTunnelMTU(t, 1444, "with tunnel.mtu 1444")
+	b.waitRouteMTU(t, 1344)
+
+	n.Run("cpe", "ip", "link", "del", "up3")
+	b.waitRouteMTU(t, 0)
+	b.checkTunnelMTU(t, 1444, "with tunnel.mtu 1444, after up3 left")
 }
