@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
@@ -109,7 +108,7 @@ func runDaemon(role string, args []string, stderr io.Writer) int {
 			return reportConfig(lerr, stderr)
 		}
 		log := daemon.NewLogger(cfg.Log)
-		opts.Reload = reloadRequests(ctx, role, log)
+		opts.Reload = reloadRequests(ctx)
 		err = daemon.RunCPE(ctx, cfg, opts, log)
 	} else {
 		cfg, lerr := config.LoadHeadend(*path)
@@ -117,7 +116,7 @@ func runDaemon(role string, args []string, stderr io.Writer) int {
 			return reportConfig(lerr, stderr)
 		}
 		log := daemon.NewLogger(cfg.Log)
-		opts.Reload = reloadRequests(ctx, role, log)
+		opts.Reload = reloadRequests(ctx)
 		err = daemon.RunHeadend(ctx, cfg, opts, log)
 	}
 	if err != nil {
@@ -127,10 +126,10 @@ func runDaemon(role string, args []string, stderr io.Writer) int {
 	return 0
 }
 
-// reloadRequests turns SIGHUP into reload requests for the headend, which applies its
-// config's peers without a restart. The CPE has nothing to reload: it says so instead
-// of dying, SIGHUP's default.
-func reloadRequests(ctx context.Context, role string, log *slog.Logger) <-chan struct{} {
+// reloadRequests turns SIGHUP (instead of dying, its default) into reload requests:
+// the headend applies its config's peers without a restart, the CPE its uplinks'
+// classes, rate priors and weights.
+func reloadRequests(ctx context.Context) <-chan struct{} {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	out := make(chan struct{}, 1)
@@ -141,10 +140,6 @@ func reloadRequests(ctx context.Context, role string, log *slog.Logger) <-chan s
 			case <-ctx.Done():
 				return
 			case <-hup:
-			}
-			if role != "headend" {
-				log.Warn("SIGHUP ignored: the CPE reads its config only at start; restart it (systemctl restart aggd-cpe) to apply changes")
-				continue
 			}
 			select {
 			case out <- struct{}{}:

@@ -145,6 +145,7 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	if cfg.Fallback.Enabled {
 		defer watchHeadend(ctx, log, m, cfg, dev.Name(), cpe)()
 	}
+	go retuneUplinksOnRequest(ctx, log, opts, cfg, cpe)
 	log.Info("cpe running", "tunnel", dev.Name(), "mtu", mtu, "headend", cfg.Headend.Endpoint.String(), "uplinks", len(uplinks))
 	return cpe.Run(ctx)
 }

@@ -35,21 +35,8 @@ func headendPeers(ps []config.Peer) []tunnel.Peer {
 // reloadPeersOnRequest applies the config file's peers each time opts.Reload fires,
 // until ctx ends.
 func reloadPeersOnRequest(ctx context.Context, log *slog.Logger, opts Options, running *config.Headend, he *tunnel.Headend, mtus *peerMTUs) {
-	if opts.Reload == nil {
-		return
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-opts.Reload:
-		}
-		next, err := config.LoadHeadend(opts.ConfigPath)
-		if err != nil {
-			log.Error("reload: the config has problems; nothing changed, the running config stays", "file", opts.ConfigPath, "err", err)
-			continue
-		}
-		if keys := restartOnlyChanges(running, next); len(keys) > 0 {
+	onEachReload(ctx, log, opts, config.LoadHeadend, func(next *config.Headend) {
+		if keys := restartOnlyChanges(running, next, "peers"); len(keys) > 0 {
 			log.Warn("reload: these settings changed but take effect only at a restart", "keys", strings.Join(keys, ", "))
 		}
 		if err := mtus.reload(headendPeers(next.Peers)); err != nil {
@@ -59,6 +46,27 @@ func reloadPeersOnRequest(ctx context.Context, log *slog.Logger, opts Options, r
 		log.Info("reload: peers applied", "peers", len(next.Peers),
 			"added", ch.Added, "removed", ch.Removed, "changed", ch.Changed)
 		running.Peers = next.Peers
+	})
+}
+
+// onEachReload reads the config file each time opts.Reload fires, until ctx ends, and
+// hands it to apply; a file with problems is logged and changes nothing.
+func onEachReload[C any](ctx context.Context, log *slog.Logger, opts Options, load func(string) (C, error), apply func(C)) {
+	if opts.Reload == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-opts.Reload:
+		}
+		next, err := load(opts.ConfigPath)
+		if err != nil {
+			log.Error("reload: the config has problems; nothing changed, the running config stays", "file", opts.ConfigPath, "err", err)
+			continue
+		}
+		apply(next)
 	}
 }
 
@@ -101,14 +109,14 @@ func prefixSet(peers []tunnel.Peer) map[netip.Prefix]bool {
 	return set
 }
 
-// restartOnlyChanges lists the top-level config keys, other than peers, whose values
-// differ between running and next.
-func restartOnlyChanges(running, next *config.Headend) []string {
-	a, b := reflect.ValueOf(*running), reflect.ValueOf(*next)
+// restartOnlyChanges lists the top-level config keys, other than except, whose values
+// differ between running and next (pointers to the same config struct type).
+func restartOnlyChanges(running, next any, except string) []string {
+	a, b := reflect.ValueOf(running).Elem(), reflect.ValueOf(next).Elem()
 	var keys []string
 	for i := range a.NumField() {
 		key, _, _ := strings.Cut(a.Type().Field(i).Tag.Get("yaml"), ",")
-		if key == "peers" {
+		if key == except {
 			continue
 		}
 		if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {

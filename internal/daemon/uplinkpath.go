@@ -45,19 +45,27 @@ func resolveUplinks(ctx context.Context, ups []config.Uplink, headend config.End
 		if tunnelMTU == 0 || inner < tunnelMTU {
 			tunnelMTU = inner
 		}
-		class, err := sched.ParseClass(string(u.Class))
+		t, err := linkTuning(i, u)
 		if err != nil {
-			return nil, 0, fmt.Errorf("uplinks[%d].class: %w", i, err)
+			return nil, 0, err
 		}
 		out = append(out, tunnel.Uplink{
 			Interface: u.Interface, Source: src, Endpoint: ep, Waiting: waiting, MTU: known,
 			Spec: tunnel.LinkSpec{
-				ID: uint8(i), Name: u.Name, Class: class,
-				TxRate: float64(u.RateUp), RxRate: float64(u.RateDown), Weight: float64(u.Weight),
+				ID: uint8(i), Name: u.Name, Class: t.Class, TxRate: t.TxRate, RxRate: t.RxRate, Weight: t.Weight,
 			},
 		})
 	}
 	return out, tunnelMTU, nil
+}
+
+// linkTuning is what uplink i's config says of its class, rate priors and weight.
+func linkTuning(i int, u config.Uplink) (tunnel.LinkTuning, error) {
+	class, err := sched.ParseClass(string(u.Class))
+	if err != nil {
+		return tunnel.LinkTuning{}, fmt.Errorf("uplinks[%d].class: %w", i, err)
+	}
+	return tunnel.LinkTuning{Class: class, TxRate: float64(u.RateUp), RxRate: float64(u.RateDown), Weight: float64(u.Weight)}, nil
 }
 
 // uplinkPath returns uplink i's source address and the headend's address it sends to,

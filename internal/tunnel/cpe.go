@@ -83,9 +83,13 @@ type CPE struct {
 	lastHeard  atomic.Int64 // clock.Nanos of the last authenticated packet from the headend
 	started    int64        // clock.Nanos when the CPE was created
 
-	hsSlot    chan struct{} // at most one handshake response in progress
-	hsMu      sync.Mutex
-	rebindMu  sync.Mutex // one RebindUplink at a time
+	hsSlot   chan struct{} // at most one handshake response in progress
+	hsMu     sync.Mutex
+	rebindMu sync.Mutex // one RebindUplink at a time
+	// tuning is each uplink's class, rate priors and weight as they are now: a reload
+	// changes them (RetuneUplinks), so they are read from here, not cfg.Uplinks.
+	tuningMu  sync.Mutex
+	tuning    []LinkTuning
 	pending   *handshake.Initiator
 	pendingID uint8
 	keyID     uint8
@@ -109,6 +113,7 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 		}
 		uc.mtu.Store(uint32(u.MTU))
 		c.conns = append(c.conns, uc)
+		c.tuning = append(c.tuning, tuning(u.Spec))
 	}
 	return c, nil
 }
@@ -340,10 +345,11 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 	s := newSession(c.cfg.Session, c.m, c.log, c.localIndex, c.deliver)
 	s.peerIndex.Store(peerIndex)
 	ids := make([]uint8, 0, len(c.cfg.Uplinks))
+	specs := c.uplinkSpecs()
 	for i, u := range c.cfg.Uplinks {
 		conn := c.conns[i]
 		ep := u.Endpoint
-		spec := u.Spec
+		spec := specs[i]
 		spec.Local, spec.Interface = localAddrPort(conn.get()), u.Interface
 		l := s.addLink(spec, func(_ *link, b []byte) error {
 			if conn.standIn.Load() {
@@ -367,11 +373,12 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 // the headend sends nothing larger.
 func (c *CPE) announceLinks(s *Session) {
 	links := make([]wire.LinkParam, 0, len(c.cfg.Uplinks))
-	for i, u := range c.cfg.Uplinks {
+	specs := c.uplinkSpecs()
+	for i, spec := range specs {
 		mtu := min(c.conns[i].mtu.Load(), math.MaxUint16)
-		links = append(links, wire.LinkParam{LinkID: u.Spec.ID, Class: uint8(u.Spec.Class),
-			MTU: uint16(mtu), RateBps: uint64(u.Spec.RxRate)})
-		if l := s.link(u.Spec.ID); l != nil {
+		links = append(links, wire.LinkParam{LinkID: spec.ID, Class: uint8(spec.Class),
+			MTU: uint16(mtu), RateBps: uint64(spec.RxRate)})
+		if l := s.link(spec.ID); l != nil {
 			l.m.mtu.Set(float64(mtu))
 		}
 	}

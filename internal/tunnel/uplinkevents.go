@@ -122,9 +122,13 @@ func (c *CPE) UplinkWaiting(id int) bool { return c.conns[id].standIn.Load() }
 // assumed, and the tunnel's MTU may have moved. A change is announced at once, so that
 // the headend sizes its packets before it uses a link that came back.
 func (c *CPE) SetUplinkMTU(id, mtu int) {
-	if c.conns[id].mtu.Swap(uint32(mtu)) == uint32(mtu) {
-		return
+	if c.conns[id].mtu.Swap(uint32(mtu)) != uint32(mtu) {
+		c.requestAnnouncement()
 	}
+}
+
+// requestAnnouncement has LINK_PARAMS sent now rather than at the next second's.
+func (c *CPE) requestAnnouncement() {
 	select {
 	case c.announceNow <- struct{}{}:
 	default: // one is due already

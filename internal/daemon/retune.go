@@ -1,0 +1,78 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+
+	"github.com/aggd/aggd/internal/config"
+	"github.com/aggd/aggd/internal/tunnel"
+)
+
+// CPE config reload (SIGHUP, `systemctl reload aggd-cpe`). The uplinks' class, rate
+// priors and weight apply to the running session, without a new handshake: a metered
+// LTE link can become a backup, or a line's rate be corrected, with nothing dropped.
+// Everything else (an uplink added or removed, its interface or addresses, the tunnel,
+// the keys) binds sockets, routes and programs and takes effect at the next restart;
+// the reload says which settings differ. A config that does not validate changes
+// nothing: the running one stays, and the log lists the problems.
+
+// retuneUplinksOnRequest applies the config file's uplink tuning each time opts.Reload
+// fires, until ctx ends.
+func retuneUplinksOnRequest(ctx context.Context, log *slog.Logger, opts Options, running *config.CPE, cpe *tunnel.CPE) {
+	onEachReload(ctx, log, opts, config.LoadCPE, func(next *config.CPE) {
+		same := sameUplinks(running.Uplinks, next.Uplinks)
+		if keys := restartOnlyChanges(running, withTuningOf(next, running, same), ""); len(keys) > 0 {
+			msg := "reload: these settings changed but take effect only at a restart"
+			if !same {
+				msg += " (uplinks added, removed, renamed or moved: their classes, rates and weights are left as they are too)"
+			}
+			log.Warn(msg, "keys", strings.Join(keys, ", "))
+		}
+		if !same {
+			return
+		}
+		tunings := make([]tunnel.LinkTuning, len(next.Uplinks))
+		for i, u := range next.Uplinks {
+			t, err := linkTuning(i, u)
+			if err != nil {
+				log.Error("reload: nothing changed", "err", err)
+				return
+			}
+			tunings[i] = t
+		}
+		changed := cpe.RetuneUplinks(tunings)
+		log.Info("reload: uplink classes, rates and weights applied", "changed", changed)
+		running.Uplinks = withTuningOf(running, next, true).Uplinks
+	})
+}
+
+// sameUplinks says whether two configs list the same uplinks, by name, in the same
+// order: only then can one's tuning be applied to the other's running links.
+func sameUplinks(a, b []config.Uplink) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name {
+			return false
+		}
+	}
+	return true
+}
+
+// withTuningOf returns a copy of cfg whose uplinks have from's class, rates and
+// weight (when same: the two list the same uplinks), so that comparing it with from
+// shows only what a restart would change.
+func withTuningOf(cfg, from *config.CPE, same bool) *config.CPE {
+	out := *cfg
+	if !same {
+		return &out
+	}
+	out.Uplinks = append([]config.Uplink(nil), cfg.Uplinks...)
+	for i := range out.Uplinks {
+		f := from.Uplinks[i]
+		out.Uplinks[i].Class, out.Uplinks[i].RateUp, out.Uplinks[i].RateDown, out.Uplinks[i].Weight = f.Class, f.RateUp, f.RateDown, f.Weight
+	}
+	return &out
+}

@@ -1,0 +1,85 @@
+package tunnel
+
+import "github.com/aggd/aggd/internal/sched"
+
+// LinkTuning is what a config reload may change of a CPE's uplink while its session
+// runs: when the link carries traffic (its class), its rate priors and caps, and its
+// pinned weight. Everything else of an uplink (its interface, addresses, endpoint)
+// binds sockets and routes and takes a restart.
+type LinkTuning struct {
+	Class          sched.Class
+	TxRate, RxRate float64 // bits/s, 0: measured from nothing
+	Weight         float64 // 0: automatic
+}
+
+// tuning is the uplink's LinkTuning as its spec has it.
+func tuning(s LinkSpec) LinkTuning {
+	return LinkTuning{Class: s.Class, TxRate: s.TxRate, RxRate: s.RxRate, Weight: s.Weight}
+}
+
+// RetuneUplinks gives uplink i the tuning t[i], in the running session at once and in
+// every later one, and tells the headend (the class and downstream prior travel in
+// LINK_PARAMS, sent now). It returns the names of the uplinks whose tuning changed;
+// t must have one entry per uplink.
+func (c *CPE) RetuneUplinks(t []LinkTuning) []string {
+	c.tuningMu.Lock()
+	var changed []string
+	var specs []LinkSpec // of the changed uplinks
+	for i := range c.tuning {
+		if c.tuning[i] != t[i] {
+			c.tuning[i] = t[i]
+			changed = append(changed, c.cfg.Uplinks[i].Spec.Name)
+			specs = append(specs, c.uplinkSpecLocked(i))
+		}
+	}
+	c.tuningMu.Unlock()
+	if len(changed) == 0 {
+		return nil
+	}
+	if s := c.session.Load(); s != nil {
+		for _, spec := range specs {
+			if l := s.link(spec.ID); l != nil {
+				l.retune(spec)
+			}
+		}
+		s.schedDue.Store(true)
+	}
+	c.requestAnnouncement()
+	return changed
+}
+
+// uplinkSpecs is each uplink's spec with its tuning as it is now.
+func (c *CPE) uplinkSpecs() []LinkSpec {
+	c.tuningMu.Lock()
+	defer c.tuningMu.Unlock()
+	return c.uplinkSpecsLocked()
+}
+
+func (c *CPE) uplinkSpecsLocked() []LinkSpec {
+	specs := make([]LinkSpec, len(c.cfg.Uplinks))
+	for i := range c.cfg.Uplinks {
+		specs[i] = c.uplinkSpecLocked(i)
+	}
+	return specs
+}
+
+// uplinkSpecLocked is uplink i's spec with its tuning. Caller holds tuningMu.
+func (c *CPE) uplinkSpecLocked(i int) LinkSpec {
+	spec, t := c.cfg.Uplinks[i].Spec, c.tuning[i]
+	spec.Class, spec.TxRate, spec.RxRate, spec.Weight = t.Class, t.TxRate, t.RxRate, t.Weight
+	return spec
+}
+
+// retune takes the class, rate prior and weight of spec for the link (our side of
+// it: the CPE's own uplink).
+// The estimate starts again from a new rate prior, as from a configured one at the
+// start; a class or weight alone leaves it as it is.
+func (l *link) retune(spec LinkSpec) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	newRate := spec.TxRate != l.spec.TxRate
+	l.spec.Class, l.spec.TxRate, l.spec.RxRate, l.spec.Weight = spec.Class, spec.TxRate, spec.RxRate, spec.Weight
+	if newRate {
+		l.est.SetPrior(l.prior())
+	}
+}
