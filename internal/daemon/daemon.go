@@ -25,7 +25,8 @@ type Options struct {
 	NoBPF    bool
 	FastPath bool // turn the kernel fast path on whatever bpf.fast_path says
 	// Reload receives a value for each reload request (SIGHUP); ConfigPath is the file
-	// to read again then. The headend applies its peers[] (reload.go).
+	// to read again then. The headend applies its peers[] (reload.go), the CPE its
+	// uplinks' classes, rates and weights (retune.go).
 	Reload     <-chan struct{}
 	ConfigPath string
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/aggd/aggd/internal/fallback"
 	"github.com/aggd/aggd/internal/metrics"
 	"github.com/aggd/aggd/internal/netcfg"
+	"github.com/aggd/aggd/internal/sched"
 	"github.com/aggd/aggd/internal/tunnel"
 )
 
@@ -173,8 +174,9 @@ func (w *headendWatch) chooseExit(was []directExit, v6 bool, errs *[]error) (dir
 		}
 	}
 	for _, primary := range []bool{true, false} {
-		for _, u := range w.uplinks {
-			if (u.Class == config.ClassPrimary) != primary {
+		for i, u := range w.uplinks {
+			// The class as it is now: a reload may have made a primary a backup.
+			if (w.cpe.UplinkClass(i) == sched.ClassPrimary) != primary {
 				continue
 			}
 			exit, err := usableExit(u, v6)

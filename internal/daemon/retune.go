@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"log/slog"
+	"net"
+	"slices"
 	"strings"
 
 	"github.com/aggd/aggd/internal/config"
@@ -20,7 +22,19 @@ import (
 // retuneUplinksOnRequest applies the config file's uplink tuning each time opts.Reload
 // fires, until ctx ends.
 func retuneUplinksOnRequest(ctx context.Context, log *slog.Logger, opts Options, running *config.CPE, cpe *tunnel.CPE) {
-	onEachReload(ctx, log, opts, config.LoadCPE, func(next *config.CPE) {
+	// An uplink's interface may be missing for a while (a PPPoE line reconnecting, an
+	// LTE modem reset): the file is no worse for it, and a reload then (to make that
+	// link a backup, say) must not be refused.
+	load := func(path string) (*config.CPE, error) {
+		return config.LoadCPEWith(path, config.Options{InterfaceExists: func(name string) bool {
+			if slices.ContainsFunc(running.Uplinks, func(u config.Uplink) bool { return u.Interface == name }) {
+				return true
+			}
+			_, err := net.InterfaceByName(name)
+			return err == nil
+		}})
+	}
+	onEachReload(ctx, log, opts, load, func(next *config.CPE) {
 		same := sameUplinks(running.Uplinks, next.Uplinks)
 		if keys := restartOnlyChanges(running, withTuningOf(next, running, same), ""); len(keys) > 0 {
 			msg := "reload: these settings changed but take effect only at a restart"
@@ -36,12 +50,23 @@ func retuneUplinksOnRequest(ctx context.Context, log *slog.Logger, opts Options,
 		for i, u := range next.Uplinks {
 			t, err := linkTuning(i, u)
 			if err != nil {
-				log.Error("reload: nothing changed", "err", err)
+				log.Error("reload: uplinks not retuned", "err", err)
 				return
 			}
 			tunings[i] = t
 		}
 		changed := cpe.RetuneUplinks(tunings)
+		if len(changed) == 0 {
+			log.Info("reload: no uplink's class, rates or weight changed")
+			return
+		}
+		for i, u := range next.Uplinks {
+			if was := running.Uplinks[i]; slices.Contains(changed, u.Name) {
+				log.Info("reload: uplink retuned in the running session", "link", u.Name,
+					"class", u.Class, "was_class", was.Class, "rate_up", u.RateUp, "was_rate_up", was.RateUp,
+					"rate_down", u.RateDown, "was_rate_down", was.RateDown, "weight", u.Weight, "was_weight", was.Weight)
+			}
+		}
 		log.Info("reload: uplink classes, rates and weights applied", "changed", changed)
 		running.Uplinks = withTuningOf(running, next, true).Uplinks
 	})

@@ -236,6 +236,20 @@ func (e *Estimator) SetPrior(prior, limit float64) {
 	}
 }
 
+// Restart starts the estimate again from a new configured prior, as New does: the
+// user said the link's rate is different now (a config reload), so what was measured
+// under the old one no longer counts. A prior of 0 only removes the cap: the estimate
+// carries on from where it is.
+func (e *Estimator) Restart(prior, limit float64) {
+	if prior <= 0 {
+		e.SetPrior(prior, limit)
+		return
+	}
+	e.cfg.Prior, e.cfg.Cap = prior, limit
+	e.kf.prior(prior)
+	e.rate, e.startup, e.trained, e.streak = e.clamp(prior), false, false, 0
+}
+
 // InStartup reports whether nothing is known of the link's capacity yet: no prior,
 // no probe train, no queue seen.
 func (e *Estimator) InStartup() bool { return e.startup }

@@ -466,3 +466,24 @@ func TestIdleUnmeasuredLinkGrowsWhileTheBondQueues(t *testing.T) {
 		t.Errorf("a link with a train's measure grew blindly to %.0f", trained.Rate())
 	}
 }
+
+// A reload's new prior starts the estimate again from it, whatever was measured under
+// the old one, and caps it; a removed prior lifts the cap and keeps the estimate.
+func TestRestartTakesTheNewPrior(t *testing.T) {
+	e := New(Config{Prior: 10e6, Cap: 10e6})
+	e.Restart(20e6, 20e6)
+	if e.Rate() != 20e6 || e.Capacity() != 20e6 || e.InStartup() {
+		t.Errorf("raised to 20 Mbit/s: rate %.0f, capacity %.0f, startup %v", e.Rate(), e.Capacity(), e.InStartup())
+	}
+	e.Restart(4e6, 4e6)
+	if e.Rate() != 4e6 || e.Capacity() != 4e6 {
+		t.Errorf("lowered to 4 Mbit/s: rate %.0f, capacity %.0f", e.Rate(), e.Capacity())
+	}
+	e.Restart(0, 0)
+	if e.Rate() != 4e6 {
+		t.Errorf("prior removed: rate %.0f, want the 4 Mbit/s it had", e.Rate())
+	}
+	if e.clamp(50e6) != 50e6 {
+		t.Errorf("prior removed: still capped at %.0f", e.clamp(50e6))
+	}
+}

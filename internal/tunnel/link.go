@@ -67,6 +67,7 @@ type link struct {
 	prevReport    wire.LinkReport
 	prevAt        time.Time
 	peerPrior     float64 // rate prior the peer announced for its receive direction
+	peerAnnounced bool    // the peer has announced its prior and class (LINK_PARAMS)
 	// The estimator sample in progress: where it started (report, the peer's time in
 	// µs, txData, blockedNs) and the smallest one-way delay of its reports.
 	smpStarted  bool
@@ -550,12 +551,23 @@ func (l *link) floorLocked() (int32, bool) {
 }
 
 // setPeerPrior records the rate prior and class the peer configured for this link's
-// direction towards it (the CPE announces its downstream rates to the headend).
+// direction towards it (the CPE announces its downstream rates to the headend, once a
+// second). A prior that changes from one the peer announced before (its config was
+// reloaded) starts the estimate again from it.
 func (l *link) setPeerPrior(rate float64, class sched.Class) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.peerPrior = rate
+	if l.peerAnnounced && (rate != l.peerPrior || class != l.spec.Class) {
+		l.log.Info("peer changed the link's class or rate prior", "class", class, "was_class", l.spec.Class,
+			"prior_mbit_s", rate/1e6, "was_prior_mbit_s", l.peerPrior/1e6)
+	}
+	renewed := l.peerAnnounced && rate != l.peerPrior
+	l.peerPrior, l.peerAnnounced = rate, true
 	l.spec.Class = class
+	if renewed {
+		l.est.Restart(l.prior())
+		return
+	}
 	l.est.SetPrior(l.prior())
 }
 

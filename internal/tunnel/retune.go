@@ -22,6 +22,10 @@ func tuning(s LinkSpec) LinkTuning {
 // LINK_PARAMS, sent now). It returns the names of the uplinks whose tuning changed;
 // t must have one entry per uplink.
 func (c *CPE) RetuneUplinks(t []LinkTuning) []string {
+	// Not while a handshake makes a new session from the old tuning and installs it
+	// after this looked for one (lock order: hsMu, then tuningMu, as in newSession).
+	c.hsMu.Lock()
+	defer c.hsMu.Unlock()
 	c.tuningMu.Lock()
 	var changed []string
 	var specs []LinkSpec // of the changed uplinks
@@ -46,6 +50,13 @@ func (c *CPE) RetuneUplinks(t []LinkTuning) []string {
 	}
 	c.requestAnnouncement()
 	return changed
+}
+
+// UplinkClass is uplink id's class as it is now (RetuneUplinks changes it).
+func (c *CPE) UplinkClass(id int) sched.Class {
+	c.tuningMu.Lock()
+	defer c.tuningMu.Unlock()
+	return c.tuning[id].Class
 }
 
 // uplinkSpecs is each uplink's spec with its tuning as it is now.
@@ -73,13 +84,13 @@ func (c *CPE) uplinkSpecLocked(i int) LinkSpec {
 // retune takes the class, rate prior and weight of spec for the link (our side of
 // it: the CPE's own uplink).
 // The estimate starts again from a new rate prior, as from a configured one at the
-// start; a class or weight alone leaves it as it is.
+// start (a removed one only lifts the cap); a class or weight alone leaves it as it is.
 func (l *link) retune(spec LinkSpec) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	newRate := spec.TxRate != l.spec.TxRate
 	l.spec.Class, l.spec.TxRate, l.spec.RxRate, l.spec.Weight = spec.Class, spec.TxRate, spec.RxRate, spec.Weight
 	if newRate {
-		l.est.SetPrior(l.prior())
+		l.est.Restart(l.prior())
 	}
 }

@@ -11,7 +11,8 @@ import (
 // A CPE applies its uplinks' classes, rate priors and weights on SIGHUP (systemctl
 // reload aggd-cpe), in the running session: here up3, the fastest line, becomes a
 // backup (a metered LTE link, say) and carries no more data either way, the headend
-// having been told in LINK_PARAMS, with no new handshake. A change that needs a
+// having been told in LINK_PARAMS, with no new handshake; up1's doubled rates are its
+// estimate's new starting point on both sides. A change that needs a
 // restart is named as such; a config with problems changes nothing.
 func TestCPEReloadRetunesUplinks(t *testing.T) {
 	n := newTopology(t)
@@ -36,15 +37,20 @@ func TestCPEReloadRetunesUplinks(t *testing.T) {
 	reload("uplinks: nowhere\n")
 	waitLog(t, cpeLog, "reload: the config has problems", 10*time.Second)
 
-	// up3 becomes a backup; the log level changes too (a restart's business).
+	// up3 becomes a backup, up1's rates double (its estimate starts again from them,
+	// on both sides); the log level changes too (a restart's business).
 	edited := strings.Replace(original, "  - name: up3\n    interface: up3\n", "  - name: up3\n    interface: up3\n    class: backup\n", 1)
+	edited = strings.Replace(edited, "  - name: up1\n    interface: up1\n    rate_up: 10mbit\n    rate_down: 10mbit\n",
+		"  - name: up1\n    interface: up1\n    rate_up: 20mbit\n    rate_down: 20mbit\n", 1)
 	edited = strings.Replace(edited, "log:\n  level: debug\n", "log:\n  level: info\n", 1)
 	if edited == original {
 		t.Fatalf("cpe.yaml does not have the layout this test edits:\n%s", original)
 	}
 	reload(edited)
 	waitLog(t, cpeLog, "reload: uplink classes, rates and weights applied", 10*time.Second)
-	if line := logLine(t, cpeLog, "reload: uplink classes, rates and weights applied"); !strings.Contains(line, "changed=[up3]") {
+	waitMetric(t, b, "cpe", `aggd_link_capacity_bits_per_second{link="up1",peer="headend"}`, 20e6, 5*time.Second)
+	waitMetric(t, b, "hub", `aggd_link_capacity_bits_per_second{link="link0",peer="cpe1"}`, 20e6, 5*time.Second)
+	if line := logLine(t, cpeLog, "reload: uplink classes, rates and weights applied"); !strings.Contains(line, "changed=\"[up1 up3]\"") && !strings.Contains(line, "changed=[up1 up3]") {
 		t.Errorf("the reload names the wrong uplinks: %q", line)
 	}
 	if line := logLine(t, cpeLog, "reload: these settings changed"); !strings.Contains(line, "keys=log") {
