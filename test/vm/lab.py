@@ -2036,7 +2036,7 @@ def control_figures(r, sc):
             add("goodput_vs_best_link", round(t["goodput_mbit"] / best, 3), 1.0, "ratio",
                 t["goodput_mbit"] >= best, cpu, t)
         evs = t["events"]
-        first_change = min((event_time(e) for e in evs), default=t["seconds"])
+        first_change = min((event_time(e, d) for e in evs), default=t["seconds"])
         never = "not within 10 points of the steady shares until the window's end"
         conv, det = split_settled(t, t.get("flow_start_s", 0), first_change)
         add("split_converged_s", conv, 5, "s", conv is not None and conv <= 5, cpu, t,
