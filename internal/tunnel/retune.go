@@ -63,12 +63,8 @@ func (c *CPE) UplinkClass(id int) sched.Class {
 func (c *CPE) uplinkSpecs() []LinkSpec {
 	c.tuningMu.Lock()
 	defer c.tuningMu.Unlock()
-	return c.uplinkSpecsLocked()
-}
-
-func (c *CPE) uplinkSpecsLocked() []LinkSpec {
 	specs := make([]LinkSpec, len(c.cfg.Uplinks))
-	for i := range c.cfg.Uplinks {
+	for i := range specs {
 		specs[i] = c.uplinkSpecLocked(i)
 	}
 	return specs
