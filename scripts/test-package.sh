@@ -64,7 +64,10 @@ echo "test-package: check-config without a config says: $msg"
 dpkg -r aggd >/dev/null
 [ ! -e /usr/bin/aggd ] || fail "/usr/bin/aggd left after dpkg -r"
 [ ! -e /lib/systemd/system/aggd-cpe.service ] || fail "aggd-cpe.service left after dpkg -r"
+# What the CPE counted for its data caps goes with a purge (the configs in /etc/aggd stay).
+mkdir -p /var/lib/aggd && echo '{}' >/var/lib/aggd/data-usage.json
 dpkg --purge aggd >/dev/null
+[ ! -e /var/lib/aggd ] || fail "/var/lib/aggd left after dpkg --purge"
 dpkg-query -W aggd >/dev/null 2>&1 && [ "$(dpkg-query -W -f='${Status}' aggd)" != "unknown ok not-installed" ] &&
 	fail "aggd still known to dpkg after purge: $(dpkg-query -W -f='${Status}' aggd)"
 echo "test-package: ok ($deb, version $version)"

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -35,6 +36,9 @@ type CPE struct {
 	// Fallback routes LAN traffic directly out of an uplink while the headend is
 	// unreachable.
 	Fallback Fallback `yaml:"fallback"`
+	// StateDir is where the daemon keeps what must outlive it: the uplinks' data use in
+	// the current billing period (data_cap).
+	StateDir string `yaml:"state_dir"`
 }
 
 // Fallback configures direct routing while the headend does not answer.
@@ -123,6 +127,9 @@ type Uplink struct {
 	Weight int `yaml:"weight"`
 	// MTU of the path over this link; 0 takes the interface's MTU.
 	MTU int `yaml:"mtu"`
+	// DataCap limits what the link carries per billing period (a metered LTE line):
+	// once reached, the link is used only as a backup until the next period.
+	DataCap DataCap `yaml:"data_cap"`
 }
 
 func (u *Uplink) setDefaults() { u.Class = ClassPrimary }
@@ -154,6 +161,7 @@ func DefaultCPE() *CPE {
 		Log:           defaultLog(),
 		BPF:           defaultBPF(),
 		Fallback:      Fallback{DirectAfter: defaultDirectAfter},
+		StateDir:      DefaultStateDir,
 	}
 }
 
@@ -201,6 +209,9 @@ func (c *collector) checkCPE(cfg *CPE, opts Options) {
 	c.checkAQM(cfg.AQM)
 	c.checkBPF(cfg.BPF)
 	c.checkFallback(cfg.Fallback, cfg.Probe)
+	if !filepath.IsAbs(cfg.StateDir) {
+		c.add("state_dir", "%q is not an absolute path; write e.g. %s", cfg.StateDir, DefaultStateDir)
+	}
 	if cfg.RekeyInterval < minRekeyInterval || cfg.RekeyInterval > maxRekeyInterval {
 		c.add("rekey_interval", "%s is out of range %s..%s", cfg.RekeyInterval, minRekeyInterval, maxRekeyInterval)
 	}
@@ -319,6 +330,7 @@ func (c *collector) checkUplinks(ups []Uplink, t CPETunnel, headend Endpoint, ex
 			c.add(p+".weight", "%d is out of range 0..%d; 0 lets aggd measure the split", u.Weight, maxWeight)
 		}
 		c.checkMTU(p+".mtu", u.MTU, false)
+		c.checkDataCap(p+".data_cap", u.DataCap)
 		if u.Class == ClassPrimary {
 			primaries++
 		}

@@ -147,6 +147,11 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 		defer watchHeadend(ctx, log, m, cfg, dev.Name(), cpe)()
 	}
 	go retuneUplinksOnRequest(ctx, log, opts, cfg, cpe)
+	// The caps' final save waits for their watch to stop, which it does when the CPE
+	// stops for whatever reason (deferred calls run last first).
+	capCtx, stopCaps := context.WithCancel(ctx)
+	defer watchDataCaps(capCtx, log, m, cfg, cpe)()
+	defer stopCaps()
 	log.Info("cpe running", "tunnel", dev.Name(), "mtu", mtu, "headend", cfg.Headend.Endpoint.String(), "uplinks", len(uplinks))
 	return cpe.Run(ctx)
 }

@@ -59,6 +59,11 @@ type Set struct {
 
 	FallbackDirect      prometheus.Gauge
 	FallbackTransitions *prometheus.CounterVec
+
+	DataUsed       *prometheus.GaugeVec
+	DataCap        *prometheus.GaugeVec
+	DataCapReached *prometheus.GaugeVec
+	DataPeriodEnd  *prometheus.GaugeVec
 }
 
 // New creates and registers the metric set, including build info and Go runtime metrics.
@@ -110,6 +115,11 @@ func New() *Set {
 		Help: "1 while new LAN connections leave directly out of an uplink because the headend is silent (CPE, fallback.enabled).",
 	})
 	s.FallbackTransitions = counterVec("fallback_transitions_total", "Switches between the bond and direct routing, by the mode switched to (direct, bond).", []string{"to"})
+	capLabels := []string{"link"}
+	s.DataUsed = gaugeVec("uplink_data_used_bytes", "Bytes a capped uplink's interface carried (received and sent) in its current billing period (CPE, uplinks[].data_cap).", capLabels)
+	s.DataCap = gaugeVec("uplink_data_cap_bytes", "A capped uplink's allowance per billing period (uplinks[].data_cap.limit).", capLabels)
+	s.DataCapReached = gaugeVec("uplink_data_cap_reached", "1 while a capped uplink has used up its allowance: it carries traffic only as a backup until the period ends.", capLabels)
+	s.DataPeriodEnd = gaugeVec("uplink_data_period_end_timestamp_seconds", "When a capped uplink's billing period ends and its allowance starts again (Unix time).", capLabels)
 	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: "aggd", Name: "build_info", Help: "Build information; the value is always 1.",
 	}, []string{"version", "goversion"})
@@ -122,6 +132,7 @@ func New() *Set {
 		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderSkips, s.AQMDrops, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
 		s.LossNoticeSent, s.LossNoticeReceived, s.UplinkEvents, s.FallbackDirect, s.FallbackTransitions,
+		s.DataUsed, s.DataCap, s.DataCapReached, s.DataPeriodEnd,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

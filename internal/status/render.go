@@ -20,6 +20,7 @@ func Render(w io.Writer, prev, cur *Snapshot) error {
 	if line := fastPathLine(cur); line != "" {
 		b.WriteString(line + "\n")
 	}
+	renderCaps(&b, cur.Caps)
 	if len(cur.Peers) == 0 {
 		b.WriteString("no peers yet: no handshake has completed (see the daemon's log)\n")
 	}
@@ -33,6 +34,41 @@ func Render(w io.Writer, prev, cur *Snapshot) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// renderCaps shows each capped uplink's use of its allowance in this billing period.
+func renderCaps(b *strings.Builder, caps []*Cap) {
+	if len(caps) == 0 {
+		return
+	}
+	b.WriteString("data caps (this billing period)\n")
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
+	for _, c := range caps {
+		state := "within its cap"
+		if c.Reached {
+			state = "CAP REACHED: used only as a backup"
+		}
+		share := 0.0
+		if c.Limit > 0 {
+			share = c.Used / c.Limit
+		}
+		fmt.Fprintf(tw, "  %s\t%s of %s\t%s\tuntil %s\t%s\n", c.Link, bytesSI(c.Used), bytesSI(c.Limit), percent(share),
+			c.PeriodEnd.Local().Format("2006-01-02 15:04"), state)
+	}
+	_ = tw.Flush() // into a strings.Builder: cannot fail
+}
+
+// bytesSI writes a volume in decimal units, as providers bill it.
+func bytesSI(v float64) string {
+	switch {
+	case v >= 1e9:
+		return fmt.Sprintf("%.2f GB", v/1e9)
+	case v >= 1e6:
+		return fmt.Sprintf("%.1f MB", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.0f kB", v/1e3)
+	}
+	return fmt.Sprintf("%.0f B", v)
 }
 
 func renderPeer(b *strings.Builder, p, prev *Peer, dt float64) {

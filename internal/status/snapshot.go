@@ -82,6 +82,15 @@ type Snapshot struct {
 	// SlowTx and SlowRx those it handed to the daemon (both 0 without the fast path).
 	FastTx, SlowTx, FastRx, SlowRx float64
 	Peers                          []*Peer // by name
+	Caps                           []*Cap  // the CPE's capped uplinks, by name
+}
+
+// Cap is a CPE uplink's data cap and what it has used of it in this billing period.
+type Cap struct {
+	Link        string
+	Used, Limit float64 // bytes
+	Reached     bool
+	PeriodEnd   time.Time
 }
 
 // Peer returns the named peer, or nil.
@@ -203,12 +212,42 @@ func Parse(r io.Reader, at time.Time) (*Snapshot, error) {
 			set(peer(label(m, "peer")), value(m))
 		}
 	}
+	s.Caps = parseCaps(families)
 	for _, p := range peers {
 		sort.Slice(p.Links, func(i, j int) bool { return p.Links[i].Name < p.Links[j].Name })
 		s.Peers = append(s.Peers, p)
 	}
 	sort.Slice(s.Peers, func(i, j int) bool { return s.Peers[i].Name < s.Peers[j].Name })
 	return s, nil
+}
+
+// parseCaps reads the CPE's data-cap metrics, one Cap per capped uplink.
+func parseCaps(families map[string]*dto.MetricFamily) []*Cap {
+	byLink := map[string]*Cap{}
+	for name, set := range capSetters {
+		for _, m := range families[name].GetMetric() {
+			ln := label(m, "link")
+			c := byLink[ln]
+			if c == nil {
+				c = &Cap{Link: ln}
+				byLink[ln] = c
+			}
+			set(c, value(m))
+		}
+	}
+	caps := make([]*Cap, 0, len(byLink))
+	for _, c := range byLink {
+		caps = append(caps, c)
+	}
+	sort.Slice(caps, func(i, j int) bool { return caps[i].Link < caps[j].Link })
+	return caps
+}
+
+var capSetters = map[string]func(*Cap, float64){
+	"aggd_uplink_data_used_bytes":                   func(c *Cap, v float64) { c.Used = v },
+	"aggd_uplink_data_cap_bytes":                    func(c *Cap, v float64) { c.Limit = v },
+	"aggd_uplink_data_cap_reached":                  func(c *Cap, v float64) { c.Reached = v == 1 },
+	"aggd_uplink_data_period_end_timestamp_seconds": func(c *Cap, v float64) { c.PeriodEnd = time.Unix(int64(v), 0) },
 }
 
 func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }

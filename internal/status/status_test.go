@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -154,17 +155,10 @@ aggd_fastpath_packets_total{direction="rx",verdict="fast"} 500
 aggd_fastpath_packets_total{direction="rx",verdict="gap"} 500
 aggd_fastpath_packets_total{direction="rx",verdict="drop_old"} 7
 `
-	s, err := Parse(strings.NewReader(text), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	if err := Render(&out, nil, s); err != nil {
-		t.Fatal(err)
-	}
+	out := renderText(t, text)
 	for _, want := range []string{"FALLBACK", "99.0 % of the data sent", "50.0 % of the data received", "no peers yet"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
 }
@@ -204,4 +198,59 @@ func TestRenderShowsTheCPEsLinkNames(t *testing.T) {
 	if strings.Contains(out.String(), "(link2)") {
 		t.Errorf("a link named as itself shown with its name twice:\n%s", out.String())
 	}
+}
+
+func TestRenderShowsTheDataCaps(t *testing.T) {
+	end := time.Date(2026, 12, 1, 0, 0, 0, 0, time.Local)
+	text := fmt.Sprintf(`# TYPE aggd_build_info gauge
+aggd_build_info{goversion="go1.26",version="v1"} 1
+# TYPE aggd_uplink_data_used_bytes gauge
+aggd_uplink_data_used_bytes{link="lte"} 2.1e+10
+aggd_uplink_data_used_bytes{link="sat"} 1.5e+09
+# TYPE aggd_uplink_data_cap_bytes gauge
+aggd_uplink_data_cap_bytes{link="lte"} 2e+10
+aggd_uplink_data_cap_bytes{link="sat"} 1e+10
+# TYPE aggd_uplink_data_cap_reached gauge
+aggd_uplink_data_cap_reached{link="lte"} 1
+aggd_uplink_data_cap_reached{link="sat"} 0
+# TYPE aggd_uplink_data_period_end_timestamp_seconds gauge
+aggd_uplink_data_period_end_timestamp_seconds{link="lte"} %d
+aggd_uplink_data_period_end_timestamp_seconds{link="sat"} %d
+`, end.Unix(), end.Unix())
+	out := renderText(t, text)
+	lines := strings.Split(out, "\n")
+	find := func(link string) string {
+		for _, l := range lines {
+			if strings.HasPrefix(strings.TrimSpace(l), link+" ") {
+				return l
+			}
+		}
+		t.Fatalf("no line for %s:\n%s", link, out)
+		return ""
+	}
+	for link, wants := range map[string][]string{
+		"lte": {"21.00 GB of 20.00 GB", "105.0 %", "until 2026-12-01 00:00", "CAP REACHED"},
+		"sat": {"1.50 GB of 10.00 GB", "15.0 %", "within its cap"},
+	} {
+		line := find(link)
+		for _, w := range wants {
+			if !strings.Contains(line, w) {
+				t.Errorf("%s's line lacks %q: %q", link, w, line)
+			}
+		}
+	}
+}
+
+// renderText parses metrics text and renders it as one reading.
+func renderText(t *testing.T, text string) string {
+	t.Helper()
+	s, err := Parse(strings.NewReader(text), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := Render(&out, nil, s); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
 }

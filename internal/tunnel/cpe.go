@@ -88,13 +88,16 @@ type CPE struct {
 	rebindMu sync.Mutex // one RebindUplink at a time
 	// tuning is each uplink's class, rate priors and weight as they are now: a reload
 	// changes them (RetuneUplinks), so they are read from here, not cfg.Uplinks.
-	tuningMu  sync.Mutex
-	tuning    []LinkTuning
-	pending   *handshake.Initiator
-	pendingID uint8
-	keyID     uint8
-	hsSent    time.Time
-	lastHS    time.Time
+	// capReached marks the uplinks whose data cap is used up (SetCapReached): they
+	// run as backups until the next period.
+	tuningMu   sync.Mutex
+	tuning     []LinkTuning
+	capReached []bool
+	pending    *handshake.Initiator
+	pendingID  uint8
+	keyID      uint8
+	hsSent     time.Time
+	lastHS     time.Time
 }
 
 // NewCPE opens one socket per uplink, bound to its interface and source address.
@@ -114,6 +117,7 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 		uc.mtu.Store(uint32(u.MTU))
 		c.conns = append(c.conns, uc)
 		c.tuning = append(c.tuning, tuning(u.Spec))
+		c.capReached = append(c.capReached, false)
 	}
 	return c, nil
 }

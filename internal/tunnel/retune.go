@@ -40,6 +40,34 @@ func (c *CPE) RetuneUplinks(t []LinkTuning) []string {
 	if len(changed) == 0 {
 		return nil
 	}
+	c.applySpecs(specs)
+	return changed
+}
+
+// SetCapReached says whether uplink id has used up its data cap for the period: while
+// it has, the link is used as a backup whatever its class (only while no primary or
+// overflow link is up), in the running session and every later one, and the headend
+// is told at once. It reports whether that changed anything.
+func (c *CPE) SetCapReached(id int, reached bool) bool {
+	c.hsMu.Lock() // as in RetuneUplinks
+	defer c.hsMu.Unlock()
+	c.tuningMu.Lock()
+	if c.capReached[id] == reached {
+		c.tuningMu.Unlock()
+		return false
+	}
+	was := c.uplinkSpecLocked(id).Class
+	c.capReached[id] = reached
+	spec := c.uplinkSpecLocked(id)
+	c.tuningMu.Unlock()
+	if spec.Class != was {
+		c.applySpecs([]LinkSpec{spec})
+	}
+	return true
+}
+
+// applySpecs gives the running session's links their new tuning and tells the headend.
+func (c *CPE) applySpecs(specs []LinkSpec) {
 	if s := c.session.Load(); s != nil {
 		for _, spec := range specs {
 			if l := s.link(spec.ID); l != nil {
@@ -49,14 +77,14 @@ func (c *CPE) RetuneUplinks(t []LinkTuning) []string {
 		s.schedDue.Store(true)
 	}
 	c.requestAnnouncement()
-	return changed
 }
 
-// UplinkClass is uplink id's class as it is now (RetuneUplinks changes it).
+// UplinkClass is uplink id's class as it is now: as configured (RetuneUplinks changes
+// it), or backup while its data cap is reached.
 func (c *CPE) UplinkClass(id int) sched.Class {
 	c.tuningMu.Lock()
 	defer c.tuningMu.Unlock()
-	return c.tuning[id].Class
+	return c.uplinkSpecLocked(id).Class
 }
 
 // uplinkSpecs is each uplink's spec with its tuning as it is now.
@@ -70,10 +98,14 @@ func (c *CPE) uplinkSpecs() []LinkSpec {
 	return specs
 }
 
-// uplinkSpecLocked is uplink i's spec with its tuning. Caller holds tuningMu.
+// uplinkSpecLocked is uplink i's spec with its tuning, and its class lowered to
+// backup while its data cap is reached. Caller holds tuningMu.
 func (c *CPE) uplinkSpecLocked(i int) LinkSpec {
 	spec, t := c.cfg.Uplinks[i].Spec, c.tuning[i]
 	spec.Class, spec.TxRate, spec.RxRate, spec.Weight = t.Class, t.TxRate, t.RxRate, t.Weight
+	if c.capReached[i] {
+		spec.Class = max(spec.Class, sched.ClassBackup)
+	}
 	return spec
 }
 
