@@ -146,12 +146,13 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	if cfg.Fallback.Enabled {
 		defer watchHeadend(ctx, log, m, cfg, dev.Name(), cpe)()
 	}
-	go retuneUplinksOnRequest(ctx, log, opts, cfg, cpe)
 	// The caps' final save waits for their watch to stop, which it does when the CPE
 	// stops for whatever reason (deferred calls run last first).
 	capCtx, stopCaps := context.WithCancel(ctx)
-	defer watchDataCaps(capCtx, log, m, cfg, cpe)()
+	caps, waitCaps := watchDataCaps(capCtx, log, m, cfg, cpe)
+	defer waitCaps()
 	defer stopCaps()
+	go retuneUplinksOnRequest(ctx, log, opts, cfg, cpe, caps)
 	log.Info("cpe running", "tunnel", dev.Name(), "mtu", mtu, "headend", cfg.Headend.Endpoint.String(), "uplinks", len(uplinks))
 	return cpe.Run(ctx)
 }
@@ -265,7 +266,7 @@ func tryFastPath(log *slog.Logger, wanted bool, port uint16, tunName string, mtu
 func sessionConfig(peer string, r config.Reorder, p config.Probe, a config.AQM) tunnel.SessionConfig {
 	return tunnel.SessionConfig{
 		Peer: peer, MaxHold: r.MaxHold, MaxBuffer: int(r.MaxBuffer),
-		Probe: p.Interval, DownAfter: p.DownAfter,
+		Probe: p.Interval, DownAfter: p.DownAfter, StandbyProbe: p.StandbyInterval,
 		AQMTarget: a.Target, AQMMaxTarget: a.MaxTarget,
 	}
 }

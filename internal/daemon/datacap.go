@@ -5,7 +5,10 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vishvananda/netlink"
 
@@ -29,55 +32,114 @@ const (
 	capSaveInterval = time.Minute
 )
 
-// capWatch is the data-cap accounting of a CPE's uplinks.
+// capWatch is the data-cap accounting of a CPE's uplinks. Its fields are per uplink,
+// by index; meters[i] is nil for an uplink without a cap. mu guards them against a
+// reload (apply) while a poll runs.
 type capWatch struct {
 	log     *slog.Logger
 	m       *metrics.Set
 	cpe     *tunnel.CPE
 	path    string
+	mu      sync.Mutex
 	meters  []*datacap.Meter
-	ids     []int    // the uplink index of each meter
-	ifaces  []string // the uplink interface of each meter
+	ifaces  []string
 	reached []bool
 	saveErr bool // the last save failed (logged once until one works)
 }
 
 // watchDataCaps starts counting the capped uplinks of cfg, restoring the counts a
 // previous run saved for the current periods (an uplink over its cap is a backup from
-// the start). The returned function waits for the final save after ctx ends; it is a
-// no-op when no uplink has a cap.
-func watchDataCaps(ctx context.Context, log *slog.Logger, m *metrics.Set, cfg *config.CPE, cpe *tunnel.CPE) (wait func()) {
-	w := &capWatch{log: log, m: m, cpe: cpe, path: filepath.Join(cfg.StateDir, datacap.FileName)}
+// the start). The returned watch takes reloaded caps (apply); its wait waits for the
+// final save after ctx ends.
+func watchDataCaps(ctx context.Context, log *slog.Logger, m *metrics.Set, cfg *config.CPE, cpe *tunnel.CPE) (w *capWatch, wait func()) {
+	n := len(cfg.Uplinks)
+	w = &capWatch{log: log, m: m, cpe: cpe, path: filepath.Join(cfg.StateDir, datacap.FileName),
+		meters: make([]*datacap.Meter, n), ifaces: make([]string, n), reached: make([]bool, n)}
 	for i, u := range cfg.Uplinks {
-		if !u.DataCap.Enabled() {
-			continue
+		w.ifaces[i] = u.Interface
+		if u.DataCap.Enabled() {
+			w.meters[i] = &datacap.Meter{Name: u.Name, Limit: uint64(u.DataCap.Limit), Schedule: schedule(u.DataCap)}
 		}
-		w.meters = append(w.meters, &datacap.Meter{Name: u.Name, Limit: uint64(u.DataCap.Limit), Schedule: schedule(u.DataCap)})
-		w.ids = append(w.ids, i)
-		w.ifaces = append(w.ifaces, u.Interface)
-		w.reached = append(w.reached, false)
-	}
-	if len(w.meters) == 0 {
-		return func() {}
 	}
 	now := time.Now()
-	restored, err := datacap.Load(w.path, now, w.meters)
-	if err != nil {
-		log.Warn("data caps: counting this period from zero", "err", err)
-	}
-	w.poll(now)
-	for k, mt := range w.meters {
-		log.Info("data cap: counting the uplink's traffic", "link", mt.Name, "limit_bytes", mt.Limit,
-			"used_bytes", mt.Used(), "restored", slices.Contains(restored, mt.Name),
-			"period_start", mt.PeriodStart().Format(time.RFC3339), "period_end", mt.PeriodEnd().Format(time.RFC3339),
-			"interface", w.ifaces[k])
+	if capped := w.capped(); len(capped) > 0 {
+		restored, err := datacap.Load(w.path, now, capped)
+		if err != nil {
+			log.Warn("data caps: counting this period from zero", "err", err)
+		}
+		w.poll(now)
+		for i, mt := range w.meters {
+			if mt != nil {
+				w.logCounting(mt, i, slices.Contains(restored, mt.Name))
+			}
+		}
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		w.run(ctx)
 	}()
-	return func() { <-done }
+	return w, func() { <-done }
+}
+
+// capped is the meters of the uplinks that have a cap.
+func (w *capWatch) capped() []*datacap.Meter {
+	var out []*datacap.Meter
+	for _, mt := range w.meters {
+		if mt != nil {
+			out = append(out, mt)
+		}
+	}
+	return out
+}
+
+func (w *capWatch) logCounting(mt *datacap.Meter, i int, restored bool) {
+	w.log.Info("data cap: counting the uplink's traffic", "link", mt.Name, "limit_bytes", mt.Limit,
+		"used_bytes", mt.Used(), "restored", restored,
+		"period_start", mt.PeriodStart().Format(time.RFC3339), "period_end", mt.PeriodEnd().Format(time.RFC3339),
+		"interface", w.ifaces[i])
+}
+
+// apply takes the data caps of a reloaded config that lists the same uplinks (a limit
+// raised by a top-up, a cap added or removed) and reports whether any changed. A cap
+// added counts from now; a changed period starts its count again.
+func (w *capWatch) apply(ups []config.Uplink) (changed []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	for i, u := range ups {
+		mt := w.meters[i]
+		switch {
+		case !u.DataCap.Enabled() && mt == nil:
+			continue
+		case !u.DataCap.Enabled():
+			w.meters[i] = nil
+			for _, g := range []*prometheus.GaugeVec{w.m.DataUsed, w.m.DataCap, w.m.DataCapReached, w.m.DataPeriodEnd} {
+				g.DeleteLabelValues(u.Name)
+			}
+			if w.reached[i] {
+				w.reached[i] = false
+				w.cpe.SetCapReached(i, false)
+			}
+			w.log.Info("reload: data cap removed; the uplink carries traffic by its class again", "link", u.Name)
+		case mt == nil:
+			mt = &datacap.Meter{Name: u.Name, Limit: uint64(u.DataCap.Limit), Schedule: schedule(u.DataCap)}
+			w.meters[i] = mt
+			mt.Observe(now, datacap.Counters{}, false) // into its period; counting from the next reading
+			w.logCounting(mt, i, false)
+		case mt.Limit == uint64(u.DataCap.Limit) && mt.Schedule == schedule(u.DataCap):
+			continue
+		default:
+			w.log.Info("reload: data cap changed", "link", u.Name, "limit_bytes", uint64(u.DataCap.Limit), "was_limit_bytes", mt.Limit)
+			mt.Limit, mt.Schedule = uint64(u.DataCap.Limit), schedule(u.DataCap)
+		}
+		changed = append(changed, u.Name)
+	}
+	if len(changed) > 0 {
+		w.pollLocked(now)
+		w.saveLocked()
+	}
+	return changed
 }
 
 // schedule turns a config's data cap into its billing schedule.
@@ -108,11 +170,20 @@ func (w *capWatch) run(ctx context.Context) {
 	}
 }
 
-// poll reads each capped uplink's interface, updates its meter and metrics, and moves
-// the uplink in or out of its capped state. It reports whether any uplink did.
-func (w *capWatch) poll(now time.Time) (changed bool) {
-	for k, mt := range w.meters {
-		c, ok := interfaceCounters(w.ifaces[k])
+func (w *capWatch) poll(now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.pollLocked(now)
+}
+
+// pollLocked reads each capped uplink's interface, updates its meter and metrics, and
+// moves the uplink in or out of its capped state. It reports whether any uplink did.
+func (w *capWatch) pollLocked(now time.Time) (changed bool) {
+	for i, mt := range w.meters {
+		if mt == nil {
+			continue
+		}
+		c, ok := interfaceCounters(w.ifaces[i])
 		mt.Observe(now, c, ok)
 		lbl := mt.Name
 		w.m.DataUsed.WithLabelValues(lbl).Set(float64(mt.Used()))
@@ -120,18 +191,18 @@ func (w *capWatch) poll(now time.Time) (changed bool) {
 		w.m.DataPeriodEnd.WithLabelValues(lbl).Set(float64(mt.PeriodEnd().Unix()))
 		reached := mt.Reached()
 		w.m.DataCapReached.WithLabelValues(lbl).Set(boolGauge(reached))
-		if reached == w.reached[k] {
+		if reached == w.reached[i] {
 			continue
 		}
-		w.reached[k], changed = reached, true
-		w.cpe.SetCapReached(w.ids[k], reached)
+		w.reached[i], changed = reached, true
+		w.cpe.SetCapReached(i, reached)
 		if reached {
 			w.log.Warn("uplink used up its data cap: it carries traffic only as a backup (while no primary or overflow "+
 				"link is up) until the period ends", "link", mt.Name, "used_bytes", mt.Used(), "limit_bytes", mt.Limit,
 				"until", mt.PeriodEnd().Format(time.RFC3339))
 		} else {
-			w.log.Info("data cap: a new period began; the uplink carries traffic by its class again", "link", mt.Name,
-				"period_end", mt.PeriodEnd().Format(time.RFC3339))
+			w.log.Info("data cap: the uplink is within its cap again (a new period, or a higher limit); it carries traffic by its class",
+				"link", mt.Name, "used_bytes", mt.Used(), "limit_bytes", mt.Limit, "period_end", mt.PeriodEnd().Format(time.RFC3339))
 		}
 	}
 	return changed
@@ -144,10 +215,20 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// save writes the counts to the state file. A failure is logged once (the counting
-// goes on in memory) until a save works again.
 func (w *capWatch) save() {
-	err := datacap.Save(w.path, w.meters)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.saveLocked()
+}
+
+// saveLocked writes the counts to the state file. A failure is logged once (the
+// counting goes on in memory) until a save works again.
+func (w *capWatch) saveLocked() {
+	capped := w.capped()
+	if len(capped) == 0 {
+		return // no cap: no file
+	}
+	err := datacap.Save(w.path, capped)
 	switch {
 	case err != nil && !w.saveErr:
 		w.log.Warn("data caps: cannot save the uplinks' counts; a restart will count this period from zero", "err", err)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -189,11 +190,11 @@ func (c *CPE) Run(ctx context.Context) error {
 			}
 		case <-announce.C:
 			if s := c.session.Load(); s != nil {
-				c.announceLinks(s)
+				c.announceLinks(s, false)
 			}
 		case <-c.announceNow:
 			if s := c.session.Load(); s != nil {
-				c.announceLinks(s)
+				c.announceLinks(s, true)
 			}
 		}
 	}
@@ -337,7 +338,7 @@ func (c *CPE) onResponse(h *wire.Header, pkt []byte) {
 		c.session.Store(s)
 		c.m.Sessions.Set(1)
 		c.log.Info("session established", "headend_index", body.SenderIndex)
-		c.announceLinks(s)
+		c.announceLinks(s, true) // a new session: on every link
 	} else {
 		s.installKeys(gen, true)
 		c.log.Debug("rekeyed", "key_id", c.keyID)
@@ -375,7 +376,7 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 // announceLinks tells the headend each uplink's class and downstream rate prior, so its
 // scheduler starts from the user's numbers rather than a guess, and its MTU, so that
 // the headend sends nothing larger.
-func (c *CPE) announceLinks(s *Session) {
+func (c *CPE) announceLinks(s *Session, all bool) {
 	links := make([]wire.LinkParam, 0, len(c.cfg.Uplinks))
 	specs := c.uplinkSpecs()
 	for i, spec := range specs {
@@ -388,8 +389,15 @@ func (c *CPE) announceLinks(s *Session) {
 	}
 	// On every link: at session start none is known to be up yet, and the message is
 	// small and once a second. Each copy takes its own control counter, or the peer's
-	// replay window would reject all but the first.
+	// replay window would reject all but the first. Standby links (overflow, backup),
+	// which a metered line bills, only get every standbyAnnounceEvery-th copy while a
+	// primary is up, and the names none, unless the announcement says what changed (all).
+	nth := c.announced.Add(1) - 1
+	spare := !all && slices.ContainsFunc(s.allLinks(), func(l *link) bool { return l.isUp() && !l.isStandby() })
 	for _, l := range s.allLinks() {
+		if spare && l.isStandby() && nth%standbyAnnounceEvery != 0 {
+			continue
+		}
 		body := wire.LinkParamsBody{Counter: s.txCtrl.Add(1), Links: links}
 		s.sendControl(l, wire.TypeLinkParams, 0, 0, body.Append(nil))
 	}
@@ -400,11 +408,16 @@ func (c *CPE) announceLinks(s *Session) {
 	for _, u := range c.cfg.Uplinks {
 		names = append(names, wire.LinkName{LinkID: u.Spec.ID, Name: u.Spec.Name})
 	}
-	k := int(c.announced.Add(1)-1) % len(c.cfg.Uplinks)
-	if l := s.link(c.cfg.Uplinks[k].Spec.ID); l != nil {
+	k := int(nth) % len(c.cfg.Uplinks)
+	if l := s.link(c.cfg.Uplinks[k].Spec.ID); l != nil && !(spare && l.isStandby()) {
 		s.sendLinkNames(l, names)
 	}
 }
+
+// standbyAnnounceEvery: a standby link carries one LINK_PARAMS in this many while a
+// primary is up (the primaries carry every one), so that a headend that lost the CPE's
+// state still learns the classes from it within half a minute if the primaries die.
+const standbyAnnounceEvery = 30
 
 func (c *CPE) deliver(pkt []byte) {
 	if _, err := c.tun.Write(pkt); err != nil {

@@ -33,8 +33,19 @@ func (s *Session) sendFeedback(links []*link) {
 }
 
 // feedbackRoutes picks up to two links in the schedule for a FEEDBACK: links that are
-// not suspect first, then the lowest RTT.
+// not suspect first, then the lowest RTT. Standby links (overflow, backup) only when
+// no primary is up: ten reports a second on an idle standby link would be most of what
+// its metered line bills (TestIdleStandbyLinksCostLittle).
 func feedbackRoutes(links []*link) []*link {
+	if routes := bestTwo(links, func(l *link) bool { return l.isUp() && !l.isStandby() }); len(routes) > 0 {
+		return routes
+	}
+	return bestTwo(links, (*link).isUp)
+}
+
+// bestTwo picks up to two of the links that pass ok: links that are not suspect
+// first, then the lowest RTT.
+func bestTwo(links []*link, ok func(*link) bool) []*link {
 	var routes []*link
 	better := func(a, b *link) bool {
 		if sa, sb := a.isSuspect(), b.isSuspect(); sa != sb {
@@ -43,7 +54,7 @@ func feedbackRoutes(links []*link) []*link {
 		return a.rtt() < b.rtt()
 	}
 	for _, l := range links {
-		if !l.isUp() {
+		if !ok(l) {
 			continue
 		}
 		switch {

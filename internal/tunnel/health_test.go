@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/sched"
 	"github.com/aggd/aggd/internal/wire"
 )
 
@@ -146,7 +147,7 @@ func TestStaleFeedbackIsIgnored(t *testing.T) {
 }
 
 // A link the peer's reports show our data arriving on is probed every busyProbeEvery
-// intervals; an idle one, or one in doubt, every interval.
+// intervals; an idle one, or one in doubt, every interval (an idle backup link: below).
 func TestBusyLinksAreProbedLessOften(t *testing.T) {
 	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
 	l := s.addLink(LinkSpec{ID: 0, Name: "cable"}, func(*link, []byte) error { return nil })
@@ -161,7 +162,7 @@ func TestBusyLinksAreProbedLessOften(t *testing.T) {
 				rx += 10
 				l.onFeedback(t0.Add(-interval/2), uint32(t0.UnixMicro()), wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500}, true)
 			}
-			if l.probeDue(t0, interval, doubt) {
+			if l.probeDue(t0, interval, interval, doubt) {
 				n++
 			}
 		}
@@ -182,4 +183,77 @@ func TestBusyLinksAreProbedLessOften(t *testing.T) {
 	if n := probes(8, true, false); n != 8 {
 		t.Errorf("busy suspect link: %d probes in 8 intervals, want 8", n)
 	}
+}
+
+// An idle backup link is probed every backup interval, and its silence is judged in
+// that unit; carrying traffic (the primaries down), or while a link owes data, it is
+// probed as the others are. It carries no FEEDBACK while another link is up.
+func TestIdleBackupLinkIsProbedSeldom(t *testing.T) {
+	cfg := testSession()
+	cfg.Probe, cfg.StandbyProbe = 100*time.Millisecond, time.Second
+	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	primary := s.addLink(LinkSpec{ID: 0, Name: "dsl"}, func(*link, []byte) error { return nil })
+	backup := s.addLink(LinkSpec{ID: 1, Name: "lte", Class: sched.ClassBackup}, func(*link, []byte) error { return nil })
+	t0 := time.Unix(1000, 0)
+	primary.onReply(t0, 10*time.Millisecond)
+	backup.onReply(t0, 5*time.Millisecond) // the lower RTT: FEEDBACK's first choice, were it not a backup
+	var rx uint32
+	probes := func(ticks int, busy, doubt bool) (n int) {
+		for range ticks {
+			t0 = t0.Add(cfg.Probe)
+			if busy {
+				rx += 10
+				backup.onFeedback(t0.Add(-cfg.Probe/2), uint32(t0.UnixMicro()), wire.LinkReport{LinkID: 1, RxPackets: rx, RxBytes: uint64(rx) * 1500}, true)
+			}
+			if backup.probeDue(t0, cfg.Probe, s.idleProbe(backup), doubt) {
+				n++
+			}
+		}
+		return n
+	}
+	if n := probes(30, false, false); n != 3 {
+		t.Errorf("idle backup link: %d probes in 3 s, want 3", n)
+	}
+	if n := probes(8, false, true); n != 8 {
+		t.Errorf("idle backup link while another link owes data: %d probes in 8 intervals, want 8", n)
+	}
+	if n := probes(20, true, false); n != 20/busyProbeEvery {
+		t.Errorf("busy backup link: %d probes in 20 intervals, want %d", n, 20/busyProbeEvery)
+	}
+	if got := s.idleProbe(primary); got != cfg.Probe {
+		t.Errorf("a primary link's idle probe interval is %v, want %v", got, cfg.Probe)
+	}
+
+	if routes := feedbackRoutes([]*link{primary, backup}); len(routes) != 1 || routes[0] != primary {
+		t.Errorf("FEEDBACK goes on %v, want the primary alone", linkNames(routes))
+	}
+	primary.mu.Lock()
+	primary.setState(stateDown)
+	primary.mu.Unlock()
+	if routes := feedbackRoutes([]*link{primary, backup}); len(routes) != 1 || routes[0] != backup {
+		t.Errorf("with the primary down FEEDBACK goes on %v, want the backup", linkNames(routes))
+	}
+
+	// Silence: 2 s without a sign is nothing for an idle backup link (three of its
+	// intervals make it suspect), while a primary is suspect after 300 ms.
+	now := t0.Add(2 * time.Second)
+	backup.mu.Lock()
+	backup.lastReply, backup.lastDelivered = t0, time.Time{}
+	backup.mu.Unlock()
+	s.checkLinkHealth(backup, now)
+	if backup.isSuspect() || !backup.isUp() {
+		t.Errorf("idle backup link silent for 2 s: suspect %v up %v, want up", backup.isSuspect(), backup.isUp())
+	}
+	s.checkLinkHealth(backup, t0.Add(3100*time.Millisecond))
+	if !backup.isSuspect() {
+		t.Error("idle backup link silent for 3.1 s (three backup intervals): not suspect")
+	}
+}
+
+func linkNames(ls []*link) []string {
+	var names []string
+	for _, l := range ls {
+		names = append(names, l.spec.Name)
+	}
+	return names
 }

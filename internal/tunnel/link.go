@@ -605,7 +605,8 @@ func (l *link) isUp() bool {
 const busyProbeEvery = 4
 
 // probeDue reports whether the tick at now should probe the link: every probe interval
-// while it is idle, in doubt or not up yet; every busyProbeEvery intervals while the
+// while it is idle, in doubt or not up yet (every idle interval instead, for an idle
+// standby link: Session.idleProbe); every busyProbeEvery intervals while the
 // peer's reports show our data arriving on it. Those reports prove a busy link alive and
 // find it dead sooner than its probes (quiet.go), while a probe and the peer's reply to
 // the peer's probe, each interval, took about 0.9 % of a 1.5 Mbit/s link in the
@@ -615,11 +616,17 @@ const busyProbeEvery = 4
 // new data too, and only their probe replies tell a dead link from a silent peer
 // (markSilentPeers; with probes every fourth interval, the lab's failover once waited
 // for the full down time).
-func (l *link) probeDue(now time.Time, interval time.Duration, doubt bool) bool {
+func (l *link) probeDue(now time.Time, interval, idle time.Duration, doubt bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	busy := l.state == stateUp && now.Sub(l.lastDelivered) < 2*interval
-	if busy && !doubt && now.Sub(l.lastProbe) < busyProbeEvery*interval-interval/2 {
+	every := idle
+	switch {
+	case doubt:
+		every = interval
+	case l.state == stateUp && now.Sub(l.lastDelivered) < 2*interval: // busy
+		every = busyProbeEvery * interval
+	}
+	if now.Sub(l.lastProbe) < every-interval/2 {
 		return false
 	}
 	l.lastProbe = now
@@ -631,6 +638,15 @@ func (l *link) owes() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.quiet.owing
+}
+
+// isStandby reports whether the link stands by for the primaries: class overflow or
+// backup, the user's statement that it costs (a metered line). Ours by its effective
+// class (a used-up data cap makes it a backup), the peer's by its LINK_PARAMS.
+func (l *link) isStandby() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.spec.Class >= sched.ClassOverflow
 }
 
 // isSuspect reports whether the link is in doubt.

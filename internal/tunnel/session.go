@@ -25,6 +25,9 @@ type SessionConfig struct {
 	MaxBuffer int
 	Probe     time.Duration // probe and feedback interval
 	DownAfter time.Duration // a link with no probe reply for this long leaves the schedule
+	// StandbyProbe, when longer than Probe, is how often an idle standby link (class
+	// overflow or backup) is probed, and its silence judged in its multiples (idleProbe).
+	StandbyProbe time.Duration
 	// AQMTarget, when set, is the standing queue (on every link carrying traffic)
 	// above which the bond drops at its entry, CoDel-style (internal/aqm).
 	// AQMMaxTarget is how far it may rise for a slow link (aqmTarget); below
@@ -653,7 +656,7 @@ func (s *Session) tick(now time.Time) {
 	s.markSilentPeers(links, now)
 	doubt := slices.ContainsFunc(links, (*link).owes)
 	for _, l := range links {
-		if l.probeDue(now, s.cfg.Probe, doubt) {
+		if l.probeDue(now, s.cfg.Probe, s.idleProbe(l), doubt) {
 			s.sendProbe(l, 0)
 		}
 		if l.checkTrain(now) {
@@ -674,14 +677,26 @@ func (s *Session) tick(now time.Time) {
 	}
 }
 
+// idleProbe is how often link l is probed while it carries nothing, and the unit its
+// silence is judged in: the probe interval, or for a standby link (overflow, backup)
+// the longer standby interval. Such a link carries nothing until the primaries fill up
+// or fail, and a metered line (LTE) bills every probe: probed like the others, with
+// FEEDBACK copies, an idle one cost 15.6 GB in 30 days.
+func (s *Session) idleProbe(l *link) time.Duration {
+	if s.cfg.StandbyProbe > s.cfg.Probe && l.isStandby() {
+		return s.cfg.StandbyProbe
+	}
+	return s.cfg.Probe
+}
+
 // markSilentPeers tells each link whether any other link of the session showed life
 // within half the suspicion time: a link owing data is in doubt for its silence only
 // if it is alone in it (all links silent at once is the peer or the path, not a link).
 func (s *Session) markSilentPeers(links []*link, now time.Time) {
-	recent := now.Add(-3 * s.cfg.Probe / 2)
 	alive := 0
 	signs := make([]bool, len(links))
 	for i, l := range links {
+		recent := now.Add(-3 * s.idleProbe(l) / 2)
 		if signs[i] = l.lastSign().After(recent); signs[i] {
 			alive++
 		}
@@ -700,7 +715,7 @@ func (s *Session) markSilentPeers(links []*link, now time.Time) {
 // checkLinkHealth moves l through its health states (link.checkHealth) and acts on a
 // change: a link gone down has its share moved and its lost packets named to the peer.
 func (s *Session) checkLinkHealth(l *link, now time.Time) {
-	state, changed, cause := l.checkHealth(now, 3*s.cfg.Probe, s.cfg.DownAfter)
+	state, changed, cause := l.checkHealth(now, 3*s.idleProbe(l), s.cfg.DownAfter)
 	if !changed {
 		return
 	}

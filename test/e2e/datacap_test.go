@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -13,7 +16,7 @@ import (
 // monthly cap. The first transfers use it up; from then on up3 carries no data either
 // way (the headend is told: LINK_PARAMS), while the others carry the flows. The count
 // is saved in state_dir, so a CPE killed and started again keeps up3 capped from its
-// first second.
+// first second; a reload that raises the limit (a top-up) puts it back to work.
 func TestDataCapMakesAnUplinkABackup(t *testing.T) {
 	n := newTopology(t)
 	stateDir := t.TempDir()
@@ -95,4 +98,169 @@ func TestDataCapMakesAnUplinkABackup(t *testing.T) {
 	if share := b.up3Share(t); share > 0.02 {
 		t.Errorf("after the restart up3 carried %.3f of the data; want none (its cap is still used up)", share)
 	}
+
+	// A top-up: the limit raised by a reload puts up3 back to work at once.
+	cpeYAML := filepath.Join(b.dir, "cpe.yaml")
+	writeFile(t, b.dir, "cpe.yaml", strings.Replace(readFileString(cpeYAML), "limit: 16MiB", "limit: 1GiB", 1))
+	if err := b.cpe.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, b, "cpe", reached, 0, 10*time.Second)
+	if line := logLine(t, restartLog, "reload: data caps applied"); !strings.Contains(line, "up3") {
+		t.Errorf("the reload does not name up3: %q", line)
+	}
+	if logCount(restartLog, "take effect only at a restart") != 0 {
+		t.Errorf("the reload calls the new limit a restart's business:\n%s", logLine(t, restartLog, "take effect only at a restart"))
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if share := b.up3Share(t); share < 0.3 {
+		t.Errorf("after its cap was raised up3 carried %.2f of the data; want its share of about 0.6", share)
+	}
+}
+
+// TestIdleStandbyLinksCostLittle: standby links (up2 overflow, up3 backup: metered LTE
+// lines, say) that carry no traffic are still probed by both sides, so that the bond
+// finds them working when it needs them, but every byte on them is billed. What an idle
+// bond puts on each, on its interface (both directions, as the provider counts), over
+// 20 s: both sides probe it every 2 s and answer each other's probes (4 packets of
+// about 80 bytes on the wire), and the CPE announces its links on it twice a minute.
+// Probed like a primary (up1), with FEEDBACK copies, it was 6012 bytes/s. `make bench`
+// records the figures (BenchmarkIdleLinkCost).
+func TestIdleStandbyLinksCostLittle(t *testing.T) {
+	n := newTopology(t)
+	b := startBondWith(t, n, bondOptions{uplink: standbyUplinks})
+	cost := idleLinkCost(t, b, 20*time.Second)
+	t.Logf("idle links, bytes/s on their interfaces, both ways: primary %.0f (%.2f GB in 30 days), overflow %.0f (%.2f GB), backup %.0f (%.2f GB)",
+		cost.Primary.BytesPerS, cost.Primary.GBPer30Days, cost.Overflow.BytesPerS, cost.Overflow.GBPer30Days,
+		cost.Backup.BytesPerS, cost.Backup.GBPer30Days)
+	for name, c := range map[string]linkCost{"overflow": cost.Overflow, "backup": cost.Backup} {
+		if c.BytesPerS > 400 {
+			t.Errorf("an idle %s link carries %.0f bytes/s (%.1f GB in 30 days); want at most 400", name, c.BytesPerS, c.GBPer30Days)
+		}
+	}
+}
+
+// standbyUplinks makes up2 an overflow link and up3 a backup.
+var standbyUplinks = map[int]string{2: "    class: overflow\n", 3: "    class: backup\n"}
+
+// BenchmarkIdleLinkCost measures what an idle bond puts on a primary (up1), an
+// overflow (up2) and a backup link (up3), on their interfaces, over 30 s, and writes
+// results/bench/idle-link.json. It runs once whatever b.N is (use -benchtime 1x).
+func BenchmarkIdleLinkCost(b *testing.B) {
+	n := newTopology(b)
+	bd := startBondWith(b, n, bondOptions{uplink: standbyUplinks})
+	cost := idleLinkCost(b, bd, 30*time.Second)
+	b.ReportMetric(cost.Primary.BytesPerS, "primary-B/s")
+	b.ReportMetric(cost.Overflow.BytesPerS, "overflow-B/s")
+	b.ReportMetric(cost.Backup.BytesPerS, "backup-B/s")
+	writeJSON(b, "idle-link.json", cost)
+	b.Logf("idle links: primary %.0f bytes/s (%.2f GB in 30 days), overflow %.0f (%.2f GB), backup %.0f (%.2f GB)",
+		cost.Primary.BytesPerS, cost.Primary.GBPer30Days, cost.Overflow.BytesPerS, cost.Overflow.GBPer30Days,
+		cost.Backup.BytesPerS, cost.Backup.GBPer30Days)
+}
+
+// idleCost is what an idle bond puts on each class of uplink.
+type idleCost struct {
+	Date     string   `json:"date"`
+	CPUs     int      `json:"cpus"`
+	Seconds  float64  `json:"seconds"`
+	Primary  linkCost `json:"primary"`
+	Overflow linkCost `json:"overflow"`
+	Backup   linkCost `json:"backup"`
+}
+
+type linkCost struct {
+	BytesPerS   float64 `json:"bytes_per_second"`
+	GBPer30Days float64 `json:"gb_per_30_days"`
+}
+
+// idleLinkCost measures, on the CPE's interfaces (received and sent, Ethernet headers
+// included), what up1, up2 and up3 carry over d while nothing is sent through the
+// bond, after the start's announcements and probe trains.
+func idleLinkCost(t testing.TB, b *bond, d time.Duration) idleCost {
+	t.Helper()
+	time.Sleep(3 * time.Second)
+	devs := []string{"up1", "up2", "up3"}
+	before := make([]uint64, len(devs))
+	for i, dev := range devs {
+		before[i] = interfaceBytes(t, b, dev)
+	}
+	time.Sleep(d)
+	costs := make([]linkCost, len(devs))
+	for i, dev := range devs {
+		perS := float64(interfaceBytes(t, b, dev)-before[i]) / d.Seconds()
+		costs[i] = linkCost{BytesPerS: perS, GBPer30Days: perS * 86400 * 30 / 1e9}
+	}
+	return idleCost{Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Seconds: d.Seconds(),
+		Primary: costs[0], Overflow: costs[1], Backup: costs[2]}
+}
+
+// interfaceBytes is what an interface of the CPE has received and sent.
+func interfaceBytes(t testing.TB, b *bond, dev string) uint64 {
+	t.Helper()
+	var total uint64
+	for _, dir := range []string{"rx_bytes", "tx_bytes"} {
+		out := strings.TrimSpace(b.Run("cpe", "cat", "/sys/class/net/"+dev+"/statistics/"+dir))
+		v, err := strconv.ParseUint(out, 10, 64)
+		if err != nil {
+			t.Fatalf("%s %s: %q", dev, dir, out)
+		}
+		total += v
+	}
+	return total
+}
+
+// TestIdleBackupTakesOverWhenThePrimariesFail: the backup link is probed only every
+// probe.standby_interval while idle, yet when both primaries lose carrier mid-transfer
+// the flow carries on over it, upstream and then downstream (the headend's side of the
+// backup is what the downstream needs).
+func TestIdleBackupTakesOverWhenThePrimariesFail(t *testing.T) {
+	n := newTopology(t)
+	b := startBondWith(t, n, bondOptions{uplink: map[int]string{3: "    class: backup\n"}})
+	startIperfServer(t, n)
+	for _, dir := range []struct {
+		name string
+		args []string
+	}{{"upstream", nil}, {"downstream", []string{"-R"}}} {
+		out := filepath.Join(b.dir, "failover-"+dir.name+".json")
+		flow := b.Start("lan", out, append([]string{"iperf3", "-c", server, "-t", "10", "-i", "1", "-J", "--connect-timeout", "3000"}, dir.args...)...)
+		time.Sleep(3 * time.Second)
+		before := b.linkTx(t, "cpe", "headend")["up3"] + b.linkTx(t, "hub", "cpe1")["link2"]
+		for _, up := range []string{"up1", "up2"} {
+			b.Run("cpe", "ip", "link", "set", up, "down")
+		}
+		select {
+		case <-flow.Done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: iperf3 did not finish", dir.name)
+		}
+		if flow.Err != nil {
+			t.Fatalf("%s: the TCP flow broke when the primaries failed: %v\n%s", dir.name, flow.Err, tail([]byte(readFileString(out)), 2000))
+		}
+		last := lastIntervalBits(t, out)
+		carried := b.linkTx(t, "cpe", "headend")["up3"] + b.linkTx(t, "hub", "cpe1")["link2"] - before
+		t.Logf("%s: last second %.1f Mbit/s over the backup alone; it sent %.0f packets after the primaries failed at 3 s; "+
+			"per second: %s", dir.name, last/1e6, carried, mbitList(intervalBits(t, out)))
+		if last < goodputFloor {
+			t.Errorf("%s: last second %.1f Mbit/s with only the backup up, below the floor of %.0f", dir.name, last/1e6, goodputFloor/1e6)
+		}
+		for _, up := range []string{"up1", "up2"} {
+			b.Run("cpe", "ip", "link", "set", up, "up")
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for b.linksUp("cpe", "headend") < 3 || b.linksUp("hub", "cpe1") < 3 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the primaries are not back up 20 s after their interfaces came up")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+func mbitList(bits []float64) string {
+	parts := make([]string, len(bits))
+	for i, b := range bits {
+		parts[i] = strconv.FormatFloat(b/1e6, 'f', 1, 64)
+	}
+	return strings.Join(parts, " ")
 }
