@@ -152,8 +152,10 @@ const (
 	// its death is then known after 6-12 s, while failover to it (the primaries dying)
 	// is as quick as before.
 	defaultStandbyProbeInterval = 2 * time.Second
-	maxStandbyProbeInterval     = time.Minute
-	defaultAQMTarget            = 10 * time.Millisecond
+	// maxStandbyProbeInterval: the CPE's probes are what keeps an idle link's mapping
+	// in a carrier's NAT, and LTE carriers' NATs forget idle UDP after 30 s or so.
+	maxStandbyProbeInterval = 20 * time.Second
+	defaultAQMTarget        = 10 * time.Millisecond
 	// defaultAQMMaxTarget: 30 ms above the slowest link is what issue #6 allows latency
 	// under load to grow by. In the lab's SOHO scenario, two runs with it met that and
 	// kept 0.89-0.94 of the links' sum, with the 0.2 Mbit/s ADSL upstream still

@@ -27,9 +27,10 @@ const (
 	// capPollInterval is how often the interfaces' counters are read: a link at
 	// 100 Mbit/s overshoots its cap by at most this much traffic (25 MB).
 	capPollInterval = 2 * time.Second
-	// capSaveInterval is how often the counts are saved while they change; a crash
+	// capSaveInterval is how often the counts are saved while they change (a CPE's
+	// flash should not be rewritten every minute for years); a crash
 	// (not a stop: that saves) forgets at most this much of the count.
-	capSaveInterval = time.Minute
+	capSaveInterval = 10 * time.Minute
 )
 
 // capWatch is the data-cap accounting of a CPE's uplinks. Its fields are per uplink,
@@ -44,7 +45,9 @@ type capWatch struct {
 	meters  []*datacap.Meter
 	ifaces  []string
 	reached []bool
-	saveErr bool // the last save failed (logged once until one works)
+	saved   map[string]uint64    // each meter's count at the last save
+	warned  map[string]time.Time // the period in which a meter's 90 % was logged
+	saveErr bool                 // the last save failed (logged once until one works)
 }
 
 // watchDataCaps starts counting the capped uplinks of cfg, restoring the counts a
@@ -162,7 +165,7 @@ func (w *capWatch) run(ctx context.Context) {
 			w.save()
 			return
 		case now := <-poll.C:
-			if w.poll(now) || now.Sub(lastSave) >= capSaveInterval {
+			if w.poll(now) || (now.Sub(lastSave) >= capSaveInterval && w.unsaved()) {
 				w.save()
 				lastSave = now
 			}
@@ -191,14 +194,22 @@ func (w *capWatch) pollLocked(now time.Time) (changed bool) {
 		w.m.DataPeriodEnd.WithLabelValues(lbl).Set(float64(mt.PeriodEnd().Unix()))
 		reached := mt.Reached()
 		w.m.DataCapReached.WithLabelValues(lbl).Set(boolGauge(reached))
+		if !reached && mt.Used() >= mt.Limit/10*9 && !w.warned[lbl].Equal(mt.PeriodStart()) {
+			if w.warned == nil {
+				w.warned = map[string]time.Time{}
+			}
+			w.warned[lbl] = mt.PeriodStart()
+			w.log.Info("uplink has used 90 % of its data cap", "link", lbl, "used_bytes", mt.Used(), "limit_bytes", mt.Limit,
+				"period_end", mt.PeriodEnd().Format(time.RFC3339))
+		}
 		if reached == w.reached[i] {
 			continue
 		}
 		w.reached[i], changed = reached, true
 		w.cpe.SetCapReached(i, reached)
 		if reached {
-			w.log.Warn("uplink used up its data cap: it carries traffic only as a backup (while no primary or overflow "+
-				"link is up) until the period ends", "link", mt.Name, "used_bytes", mt.Used(), "limit_bytes", mt.Limit,
+			w.log.Warn("uplink used up its data cap: it carries traffic only as a backup (while no primary link is up) "+
+				"until the period ends", "link", mt.Name, "used_bytes", mt.Used(), "limit_bytes", mt.Limit,
 				"until", mt.PeriodEnd().Format(time.RFC3339))
 		} else {
 			w.log.Info("data cap: the uplink is within its cap again (a new period, or a higher limit); it carries traffic by its class",
@@ -213,6 +224,18 @@ func boolGauge(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// unsaved says whether a count moved since the last save.
+func (w *capWatch) unsaved() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, mt := range w.capped() {
+		if w.saved[mt.Name] != mt.Used() {
+			return true
+		}
+	}
+	return false
 }
 
 func (w *capWatch) save() {
@@ -236,6 +259,12 @@ func (w *capWatch) saveLocked() {
 		w.log.Info("data caps: the uplinks' counts are saved again", "file", w.path)
 	}
 	w.saveErr = err != nil
+	if err == nil {
+		w.saved = map[string]uint64{}
+		for _, mt := range capped {
+			w.saved[mt.Name] = mt.Used()
+		}
+	}
 }
 
 // interfaceCounters reads an interface's byte counters; ok is false when it is

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata" // the zones the tests use, whatever the machine has
 )
 
 var berlin = mustLocation("Europe/Berlin")
@@ -13,7 +14,7 @@ var berlin = mustLocation("Europe/Berlin")
 func mustLocation(name string) *time.Location {
 	loc, err := time.LoadLocation(name)
 	if err != nil {
-		return time.FixedZone("CET", 3600)
+		panic(err)
 	}
 	return loc
 }
@@ -92,15 +93,66 @@ func TestMeterFollowsARecreatedInterface(t *testing.T) {
 	now := at("2026-11-26 13:00")
 	m.Observe(now, Counters{Index: 7, Rx: 5000, Tx: 5000}, true)
 	m.Observe(now, Counters{Index: 7, Rx: 6000, Tx: 5500}, true) // +1500
-	// ppp0 goes away, and a new ppp0 has carried 700 bytes by the next reading.
+	// A reading that fails (netlink did not answer) loses nothing and adds nothing:
+	// the next one counts from the last that worked, not the interface's whole life.
+	m.Observe(now, Counters{}, false)
+	m.Observe(now, Counters{Index: 7, Rx: 6100, Tx: 5500}, true) // +100
+	// ppp0 goes away, and a new ppp0 (another index) has carried 700 bytes by the next
+	// reading.
 	m.Observe(now, Counters{}, false)
 	m.Observe(now, Counters{Index: 9, Rx: 400, Tx: 300}, true) // +700
 	// Recreated between two readings: another index.
 	m.Observe(now, Counters{Index: 11, Rx: 100, Tx: 100}, true) // +200
 	// Counters cleared under the same index (a driver reset): all of the new value.
 	m.Observe(now, Counters{Index: 11, Rx: 50, Tx: 150}, true) // +50 +50
-	if want := uint64(1500 + 700 + 200 + 100); m.Used() != want {
+	if want := uint64(1500 + 100 + 700 + 200 + 100); m.Used() != want {
 		t.Fatalf("used %d, want %d", m.Used(), want)
+	}
+}
+
+// Where a change to summer time skips midnight (Havana: 8 March 2026, 00:00 → 01:00)
+// a period starts at the day's first hour, and every instant of a period maps to the
+// same start: a count is never restarted within its period.
+func TestScheduleWhereMidnightIsSkipped(t *testing.T) {
+	havana, err := time.LoadLocation("America/Havana") // time/tzdata is linked in: always there
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := func(s string) time.Time {
+		v, err := time.ParseInLocation("2006-01-02 15:04", s, havana)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, c := range []struct {
+		s         Schedule
+		now, want string
+	}{
+		{Schedule{Daily, 0}, "2026-03-08 10:00", "2026-03-08 01:00"},
+		{Schedule{Weekly, 1}, "2026-03-08 10:00", "2026-03-02 00:00"},
+		{Schedule{Weekly, 7}, "2026-03-08 10:00", "2026-03-08 01:00"},
+		{Schedule{Monthly, 8}, "2026-03-08 10:00", "2026-03-08 01:00"},
+		{Schedule{Monthly, 8}, "2026-03-05 10:00", "2026-02-08 00:00"},
+	} {
+		if got := c.s.Start(in(c.now)); !got.Equal(in(c.want)) {
+			t.Errorf("%+v.Start(%s) = %s, want %s", c.s, c.now, got, in(c.want))
+		}
+	}
+	for _, s := range []Schedule{{Daily, 0}, {Weekly, 1}, {Weekly, 7}, {Monthly, 8}, {Monthly, 1}} {
+		for now := in("2026-02-01 00:00"); now.Before(in("2026-04-15 00:00")); now = now.Add(30 * time.Minute) {
+			start := s.Start(now)
+			next := s.Next(start)
+			if now.Before(start) || !now.Before(next) {
+				t.Fatalf("%+v: %s is not in its period [%s, %s)", s, now, start, next)
+			}
+			if again := s.Start(next.Add(-time.Minute)); !again.Equal(start) {
+				t.Fatalf("%+v: the period from %s ends at %s, but its last minute maps to a period from %s", s, start, next, again)
+			}
+			if !s.Start(next).Equal(next) {
+				t.Fatalf("%+v: the period after %s starts at %s by Next, %s by Start", s, start, next, s.Start(next))
+			}
+		}
 	}
 }
 

@@ -20,34 +20,34 @@ type Meter struct {
 
 	start time.Time // the current period's start; zero before the first reading
 	used  uint64
-	// last is the previous reading, valid while haveLast. seen says the interface
-	// was read at least once since the daemon started: when it then goes missing and
-	// comes back, all of the new interface's counters are this period's traffic; at
-	// the first reading they are not (they go back to the interface's creation, before
-	// the daemon counted).
-	last     Counters
-	haveLast bool
-	seen     bool
+	// last is the last successful reading, valid once seen. The first reading is
+	// only a baseline: its counters go back to the interface's creation, before the
+	// daemon counted. A reading that fails (the interface missing, or netlink not
+	// answering) changes nothing: the next one is compared with last, and only an
+	// interface index other than last's (an interface created anew, which counts from
+	// zero) has all of its counters counted.
+	last Counters
+	seen bool
 }
 
-// Observe takes a reading of the interface (ok false: it is missing now) and adds
-// what it carried since the previous one. A reading in a new period starts the count
-// from zero.
+// Observe takes a reading of the interface (ok false: it could not be read now) and
+// adds what it carried since the last reading. A reading in a new period starts the
+// count from zero.
 func (m *Meter) Observe(now time.Time, c Counters, ok bool) {
 	m.roll(now)
 	if !ok {
-		m.haveLast = false
 		return
 	}
 	switch {
-	case m.haveLast && c.Index == m.last.Index:
+	case !m.seen:
+	case c.Index == m.last.Index:
 		m.used += since(m.last.Rx, c.Rx) + since(m.last.Tx, c.Tx)
-	case m.seen:
-		// A new interface, or the old one back after it was missing: its counters
-		// count from its creation, which came after our last reading.
+	default:
+		// A new interface: its counters count from its creation, after our last
+		// reading of the old one.
 		m.used += c.Rx + c.Tx
 	}
-	m.last, m.haveLast, m.seen = c, true, true
+	m.last, m.seen = c, true
 }
 
 // since is how much a counter advanced from a to b. A counter that went backwards was

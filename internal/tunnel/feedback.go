@@ -5,6 +5,7 @@ package tunnel
 // standing queue (docs/architecture.md §5).
 
 import (
+	"slices"
 	"time"
 
 	"github.com/aggd/aggd/internal/clock"
@@ -20,27 +21,47 @@ import (
 // takes about 0.57 % of a 4.5 Mbit/s bond; sending it only while the reporting side
 // received more than it sent, or had a link in doubt, was tried and left the downstream
 // failover slower to recover (BENCHMARKS.md, "One FEEDBACK copy from the sending side").
-func (s *Session) sendFeedback(links []*link) {
+func (s *Session) sendFeedback(links []*link, doubt bool) {
 	var reports []wire.LinkReport
+	var rx uint32
 	for _, l := range links {
-		reports = append(reports, l.rx.report(l.spec.ID))
+		r := l.rx.report(l.spec.ID)
+		reports = append(reports, r)
+		rx += r.RxPackets
 	}
+	// A flow the peer's quiet reports can judge is arriving (busyQuietPackets in a
+	// report period): the peer needs these reports most if its links die, so they
+	// get a copy on a standby link too (feedbackRoutes).
+	flowing := rx-s.fbRxPackets >= busyQuietPackets
+	s.fbRxPackets = rx
 	stamp := clock.Micros32(clock.Nanos())
-	for _, via := range feedbackRoutes(links) {
+	for _, via := range feedbackRoutes(links, doubt || flowing) {
 		fb := wire.FeedbackBody{Counter: s.txCtrl.Add(1), Links: reports}
 		s.sendControlStamped(via, wire.TypeFeedback, 0, 0, fb.Append(nil), stamp)
 	}
 }
 
 // feedbackRoutes picks up to two links in the schedule for a FEEDBACK: links that are
-// not suspect first, then the lowest RTT. Standby links (overflow, backup) only when
-// no primary is up: ten reports a second on an idle standby link would be most of what
-// its metered line bills (TestIdleStandbyLinksCostLittle).
-func feedbackRoutes(links []*link) []*link {
-	if routes := bestTwo(links, func(l *link) bool { return l.isUp() && !l.isStandby() }); len(routes) > 0 {
-		return routes
+// not suspect first, then the lowest RTT. Standby links (overflow, backup) carry it
+// when no primary is up, and one copy more when the reports matter (need: a flow is
+// arriving, or some link owes data) or a chosen primary is suspect: if the primaries
+// die, the reports that reach the peer over the standby link are what tells it so
+// within two report periods (quiet.go), where silence alone takes down_after and then
+// TCP's backed-off retransmission timer (both primaries dying silently mid-transfer:
+// a second without data, against none with the copy; BENCHMARKS.md, "Idle links").
+// Ten reports a second on an idle standby link would otherwise be most of what its
+// metered line bills (TestIdleStandbyLinksCostLittle).
+func feedbackRoutes(links []*link, need bool) []*link {
+	routes := bestTwo(links, func(l *link) bool { return l.isUp() && !l.isStandby() })
+	if len(routes) == 0 {
+		return bestTwo(links, (*link).isUp)
 	}
-	return bestTwo(links, (*link).isUp)
+	if need || slices.ContainsFunc(routes, (*link).isSuspect) {
+		if spare := bestTwo(links, func(l *link) bool { return l.isUp() && l.isStandby() }); len(spare) > 0 {
+			routes = append(routes, spare[0])
+		}
+	}
+	return routes
 }
 
 // bestTwo picks up to two of the links that pass ok: links that are not suspect

@@ -185,10 +185,13 @@ func TestBusyLinksAreProbedLessOften(t *testing.T) {
 	}
 }
 
-// An idle backup link is probed every backup interval, and its silence is judged in
-// that unit; carrying traffic (the primaries down), or while a link owes data, it is
-// probed as the others are. It carries no FEEDBACK while another link is up.
-func TestIdleBackupLinkIsProbedSeldom(t *testing.T) {
+// An idle standby link (here a backup) is probed every standby interval while a
+// primary is up, and its silence is judged in that unit; carrying traffic, or while a
+// link owes data, it is probed as the others are. When the primary goes away its unit
+// shrinks: it is probed at once and its silence counts afresh, so its last answer,
+// seconds old, does not make it suspect just when the bond needs it. It carries no
+// FEEDBACK while a primary is up, unless that primary is in doubt.
+func TestIdleStandbyLinkIsProbedSeldom(t *testing.T) {
 	cfg := testSession()
 	cfg.Probe, cfg.StandbyProbe = 100*time.Millisecond, time.Second
 	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
@@ -205,7 +208,8 @@ func TestIdleBackupLinkIsProbedSeldom(t *testing.T) {
 				rx += 10
 				backup.onFeedback(t0.Add(-cfg.Probe/2), uint32(t0.UnixMicro()), wire.LinkReport{LinkID: 1, RxPackets: rx, RxBytes: uint64(rx) * 1500}, true)
 			}
-			if backup.probeDue(t0, cfg.Probe, s.idleProbe(backup), doubt) {
+			backup.setUnit(s.probeUnit(backup, t0, primary.isUp()), t0)
+			if backup.probeDue(t0, cfg.Probe, backup.probeUnit(cfg.Probe), doubt) {
 				n++
 			}
 		}
@@ -220,33 +224,54 @@ func TestIdleBackupLinkIsProbedSeldom(t *testing.T) {
 	if n := probes(20, true, false); n != 20/busyProbeEvery {
 		t.Errorf("busy backup link: %d probes in 20 intervals, want %d", n, 20/busyProbeEvery)
 	}
-	if got := s.idleProbe(primary); got != cfg.Probe {
-		t.Errorf("a primary link's idle probe interval is %v, want %v", got, cfg.Probe)
+	if got := s.probeUnit(primary, t0, true); got != cfg.Probe {
+		t.Errorf("a primary link's unit is %v, want %v", got, cfg.Probe)
 	}
 
-	if routes := feedbackRoutes([]*link{primary, backup}); len(routes) != 1 || routes[0] != primary {
+	// FEEDBACK: on the primary alone; beside it on the backup while it is in doubt.
+	if routes := feedbackRoutes([]*link{primary, backup}, false); len(routes) != 1 || routes[0] != primary {
 		t.Errorf("FEEDBACK goes on %v, want the primary alone", linkNames(routes))
 	}
-	primary.mu.Lock()
-	primary.setState(stateDown)
-	primary.mu.Unlock()
-	if routes := feedbackRoutes([]*link{primary, backup}); len(routes) != 1 || routes[0] != backup {
-		t.Errorf("with the primary down FEEDBACK goes on %v, want the backup", linkNames(routes))
+	if routes := feedbackRoutes([]*link{primary, backup}, true); len(routes) != 2 || routes[0] != primary || routes[1] != backup {
+		t.Errorf("while a link owes data FEEDBACK goes on %v, want the primary and the backup", linkNames(routes))
 	}
 
-	// Silence: 2 s without a sign is nothing for an idle backup link (three of its
-	// intervals make it suspect), while a primary is suspect after 300 ms.
-	now := t0.Add(2 * time.Second)
+	// Silence, idle: 2 s without a sign is nothing for an idle backup link (three of
+	// its intervals make it suspect), while a primary is suspect after 300 ms.
+	probes(20, false, false) // idle again: back to the standby unit
+	quietFrom := t0
 	backup.mu.Lock()
-	backup.lastReply, backup.lastDelivered = t0, time.Time{}
+	backup.lastReply, backup.lastDelivered = quietFrom, time.Time{}
 	backup.mu.Unlock()
-	s.checkLinkHealth(backup, now)
+	s.checkLinkHealth(backup, quietFrom.Add(2*time.Second))
 	if backup.isSuspect() || !backup.isUp() {
 		t.Errorf("idle backup link silent for 2 s: suspect %v up %v, want up", backup.isSuspect(), backup.isUp())
 	}
-	s.checkLinkHealth(backup, t0.Add(3100*time.Millisecond))
+
+	// The primary goes down 2.5 s into that silence: the backup's unit shrinks, it is
+	// probed at once, and its silence counts from now.
+	primary.mu.Lock()
+	primary.setState(stateDown)
+	primary.mu.Unlock()
+	now := quietFrom.Add(2500 * time.Millisecond)
+	backup.setUnit(s.probeUnit(backup, now, false), now)
+	if u := backup.probeUnit(cfg.Probe); u != cfg.Probe {
+		t.Fatalf("with no primary up the backup's unit is %v, want %v", u, cfg.Probe)
+	}
+	if !backup.probeDue(now, cfg.Probe, backup.probeUnit(cfg.Probe), false) {
+		t.Error("the backup is not probed at once when it becomes the bond's only link")
+	}
+	s.checkLinkHealth(backup, now.Add(cfg.Probe))
+	if backup.isSuspect() || !backup.isUp() {
+		t.Errorf("the backup, 2.6 s since its last answer but 0.1 s since it became the only link: suspect %v up %v, want up",
+			backup.isSuspect(), backup.isUp())
+	}
+	s.checkLinkHealth(backup, now.Add(4*cfg.Probe))
 	if !backup.isSuspect() {
-		t.Error("idle backup link silent for 3.1 s (three backup intervals): not suspect")
+		t.Error("the backup, the only link, silent for four probe intervals since: not suspect")
+	}
+	if routes := feedbackRoutes([]*link{primary, backup}, false); len(routes) != 1 || routes[0] != backup {
+		t.Errorf("with the primary down FEEDBACK goes on %v, want the backup", linkNames(routes))
 	}
 }
 

@@ -53,6 +53,11 @@ type link struct {
 	mu        sync.Mutex
 	lastReply time.Time
 	lastProbe time.Time // when the tick last probed the link (probeDue)
+	// unit is how often the link is probed while idle and the unit its silence is
+	// judged in (Session.probeUnit; 0 before the first tick: the probe interval);
+	// unitShrunk is when it last became shorter (setUnit).
+	unit       time.Duration
+	unitShrunk time.Time
 	// lastDelivered is when the peer last reported new data received on the link: a
 	// sign of life as good as a probe reply, and the only timely one from a slow link
 	// with a deep queue, whose probes wait behind its data (a scaled ADSL upstream with
@@ -293,6 +298,8 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 	if l.lastDelivered.After(l.lastReply) {
 		silent = now.Sub(l.lastDelivered)
 	}
+	// A link whose unit just shrank (setUnit) gets a fresh silence count.
+	silent = min(silent, now.Sub(l.unitShrunk))
 	// A slow or deeply queued link answers late without being dead: it is suspected
 	// after three of its RTTs at the earliest, and declared down only after it has
 	// been suspect for as long again.
@@ -606,7 +613,7 @@ const busyProbeEvery = 4
 
 // probeDue reports whether the tick at now should probe the link: every probe interval
 // while it is idle, in doubt or not up yet (every idle interval instead, for an idle
-// standby link: Session.idleProbe); every busyProbeEvery intervals while the
+// standby link: Session.probeUnit); every busyProbeEvery intervals while the
 // peer's reports show our data arriving on it. Those reports prove a busy link alive and
 // find it dead sooner than its probes (quiet.go), while a probe and the peer's reply to
 // the peer's probe, each interval, took about 0.9 % of a 1.5 Mbit/s link in the
@@ -623,7 +630,7 @@ func (l *link) probeDue(now time.Time, interval, idle time.Duration, doubt bool)
 	switch {
 	case doubt:
 		every = interval
-	case l.state == stateUp && now.Sub(l.lastDelivered) < 2*interval: // busy
+	case l.busyLocked(now, interval):
 		every = busyProbeEvery * interval
 	}
 	if now.Sub(l.lastProbe) < every-interval/2 {
@@ -638,6 +645,43 @@ func (l *link) owes() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.quiet.owing
+}
+
+// setUnit records the unit the link is probed and judged in from now on. A shorter one
+// than before (a standby link that starts carrying data or whose primaries went away,
+// a class raised) probes the link at once and starts its silence count afresh: its
+// last answer may be a standby interval old, which the shorter unit would call dead
+// just when the bond needs the link.
+func (l *link) setUnit(u time.Duration, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.unit != 0 && u < l.unit {
+		l.unitShrunk = now
+		l.lastProbe = time.Time{}
+	}
+	l.unit = u
+}
+
+// probeUnit is the unit setUnit recorded, or fallback (the probe interval) before one.
+func (l *link) probeUnit(fallback time.Duration) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.unit == 0 {
+		return fallback
+	}
+	return l.unit
+}
+
+// isBusy reports whether the peer's reports show our data arriving on the link
+// lately (within two probe intervals).
+func (l *link) isBusy(now time.Time, interval time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.busyLocked(now, interval)
+}
+
+func (l *link) busyLocked(now time.Time, interval time.Duration) bool {
+	return l.state == stateUp && now.Sub(l.lastDelivered) < 2*interval
 }
 
 // isStandby reports whether the link stands by for the primaries: class overflow or

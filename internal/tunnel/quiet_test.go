@@ -190,7 +190,7 @@ func TestFeedbackRoutes(t *testing.T) {
 	d.mu.Unlock()
 	names := func() []string {
 		var n []string
-		for _, l := range feedbackRoutes(s.allLinks()) {
+		for _, l := range feedbackRoutes(s.allLinks(), false) {
 			n = append(n, l.spec.Name)
 		}
 		return n

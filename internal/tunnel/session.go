@@ -101,6 +101,9 @@ type Session struct {
 	// newest one taken (haveFeedback: any yet).
 	feedbackMu   sync.Mutex
 	lastFeedback uint32
+	// fbRxPackets is the packets our last FEEDBACK reported received on all links
+	// (sendFeedback, from the tick only).
+	fbRxPackets  uint32
 	haveFeedback bool
 
 	// Receive: the resequencer and its hold timer.
@@ -653,10 +656,14 @@ func (s *Session) onHoldTimer() {
 func (s *Session) tick(now time.Time) {
 	links := s.allLinks()
 	s.repeatLossNotices()
+	primaryUp := slices.ContainsFunc(links, func(l *link) bool { return l.isUp() && !l.isStandby() })
+	for _, l := range links {
+		l.setUnit(s.probeUnit(l, now, primaryUp), now)
+	}
 	s.markSilentPeers(links, now)
 	doubt := slices.ContainsFunc(links, (*link).owes)
 	for _, l := range links {
-		if l.probeDue(now, s.cfg.Probe, s.idleProbe(l), doubt) {
+		if l.probeDue(now, s.cfg.Probe, l.probeUnit(s.cfg.Probe), doubt) {
 			s.sendProbe(l, 0)
 		}
 		if l.checkTrain(now) {
@@ -669,7 +676,7 @@ func (s *Session) tick(now time.Time) {
 	if s.fp != nil {
 		s.mergeFastRx(links, now)
 	}
-	s.sendFeedback(links)
+	s.sendFeedback(links, doubt)
 	s.adaptHold(now, links)
 	s.publishReseqStats()
 	if s.schedDue.Swap(false) {
@@ -677,13 +684,14 @@ func (s *Session) tick(now time.Time) {
 	}
 }
 
-// idleProbe is how often link l is probed while it carries nothing, and the unit its
-// silence is judged in: the probe interval, or for a standby link (overflow, backup)
-// the longer standby interval. Such a link carries nothing until the primaries fill up
-// or fail, and a metered line (LTE) bills every probe: probed like the others, with
-// FEEDBACK copies, an idle one cost 15.6 GB in 30 days.
-func (s *Session) idleProbe(l *link) time.Duration {
-	if s.cfg.StandbyProbe > s.cfg.Probe && l.isStandby() {
+// probeUnit is how often link l is to be probed while it carries nothing, and the unit
+// its silence is judged in: the probe interval, or the longer standby interval for a
+// standby link (overflow, backup) while it carries nothing and a primary is up. Such a
+// link waits for the primaries to fill up or fail, and a metered line (LTE) bills
+// every probe: probed like the others, with FEEDBACK copies, an idle one cost 15.6 GB
+// in 30 days. Carrying data, or with no primary left, it is one of the bond's links.
+func (s *Session) probeUnit(l *link, now time.Time, primaryUp bool) time.Duration {
+	if s.cfg.StandbyProbe > s.cfg.Probe && primaryUp && l.isStandby() && !l.isBusy(now, s.cfg.Probe) {
 		return s.cfg.StandbyProbe
 	}
 	return s.cfg.Probe
@@ -696,8 +704,13 @@ func (s *Session) markSilentPeers(links []*link, now time.Time) {
 	alive := 0
 	signs := make([]bool, len(links))
 	for i, l := range links {
-		recent := now.Add(-3 * s.idleProbe(l) / 2)
-		if signs[i] = l.lastSign().After(recent); signs[i] {
+		// An idle standby link answers every few seconds: alive until it would be
+		// suspect, or one lost probe would count it silent.
+		window := 3 * s.cfg.Probe / 2
+		if u := l.probeUnit(s.cfg.Probe); u > s.cfg.Probe {
+			window = 3 * u
+		}
+		if signs[i] = l.lastSign().After(now.Add(-window)); signs[i] {
 			alive++
 		}
 	}
@@ -715,7 +728,7 @@ func (s *Session) markSilentPeers(links []*link, now time.Time) {
 // checkLinkHealth moves l through its health states (link.checkHealth) and acts on a
 // change: a link gone down has its share moved and its lost packets named to the peer.
 func (s *Session) checkLinkHealth(l *link, now time.Time) {
-	state, changed, cause := l.checkHealth(now, 3*s.idleProbe(l), s.cfg.DownAfter)
+	state, changed, cause := l.checkHealth(now, 3*l.probeUnit(s.cfg.Probe), s.cfg.DownAfter)
 	if !changed {
 		return
 	}

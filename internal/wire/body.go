@@ -275,7 +275,7 @@ func ParseLossNotice(b []byte) (LossNoticeBody, error) {
 const (
 	LinkClassPrimary  uint8 = 0 // carries traffic all the time
 	LinkClassOverflow uint8 = 1 // used when the primaries are full
-	LinkClassBackup   uint8 = 2 // used only when no primary or overflow link is up
+	LinkClassBackup   uint8 = 2 // used only when no primary link is up (then beside overflow links)
 )
 
 // LinkParam is what the CPE announces about one uplink (12 bytes on the wire: link id,
