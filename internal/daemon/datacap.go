@@ -28,7 +28,8 @@ const (
 	// 100 Mbit/s overshoots its cap by at most this much traffic (25 MB).
 	capPollInterval = 2 * time.Second
 	// capSaveInterval is how often the counts are saved while they change (a CPE's
-	// flash should not be rewritten every minute for years); a crash
+	// flash should not be rewritten every minute for years), and sooner when one moved
+	// by a hundredth of its limit; a power cut
 	// (not a stop: that saves) forgets at most this much of the count.
 	capSaveInterval = 10 * time.Minute
 )
@@ -45,9 +46,9 @@ type capWatch struct {
 	meters  []*datacap.Meter
 	ifaces  []string
 	reached []bool
-	saved   map[string]uint64    // each meter's count at the last save
-	warned  map[string]time.Time // the period in which a meter's 90 % was logged
-	saveErr bool                 // the last save failed (logged once until one works)
+	saved   map[string]uint64  // each meter's count at the last save
+	warned  map[string]warning // when a meter's 90 % was logged
+	saveErr bool               // the last save failed (logged once until one works)
 }
 
 // watchDataCaps starts counting the capped uplinks of cfg, restoring the counts a
@@ -145,6 +146,13 @@ func (w *capWatch) apply(ups []config.Uplink) (changed []string) {
 	return changed
 }
 
+// warning is the period and limit a 90 % warning was logged for: a new period or a
+// new limit (a top-up) warns again.
+type warning struct {
+	period int64 // its start, Unix time
+	limit  uint64
+}
+
 // schedule turns a config's data cap into its billing schedule.
 func schedule(d config.DataCap) datacap.Schedule {
 	p := map[config.CapPeriod]datacap.Period{config.CapMonthly: datacap.Monthly, config.CapWeekly: datacap.Weekly,
@@ -165,7 +173,7 @@ func (w *capWatch) run(ctx context.Context) {
 			w.save()
 			return
 		case now := <-poll.C:
-			if w.poll(now) || (now.Sub(lastSave) >= capSaveInterval && w.unsaved()) {
+			if w.poll(now) || w.saveDue(now.Sub(lastSave) >= capSaveInterval) {
 				w.save()
 				lastSave = now
 			}
@@ -194,11 +202,11 @@ func (w *capWatch) pollLocked(now time.Time) (changed bool) {
 		w.m.DataPeriodEnd.WithLabelValues(lbl).Set(float64(mt.PeriodEnd().Unix()))
 		reached := mt.Reached()
 		w.m.DataCapReached.WithLabelValues(lbl).Set(boolGauge(reached))
-		if !reached && mt.Used() >= mt.Limit/10*9 && !w.warned[lbl].Equal(mt.PeriodStart()) {
+		if key := (warning{mt.PeriodStart().Unix(), mt.Limit}); !reached && mt.Used() >= mt.Limit/10*9 && w.warned[lbl] != key {
 			if w.warned == nil {
-				w.warned = map[string]time.Time{}
+				w.warned = map[string]warning{}
 			}
-			w.warned[lbl] = mt.PeriodStart()
+			w.warned[lbl] = key
 			w.log.Info("uplink has used 90 % of its data cap", "link", lbl, "used_bytes", mt.Used(), "limit_bytes", mt.Limit,
 				"period_end", mt.PeriodEnd().Format(time.RFC3339))
 		}
@@ -226,12 +234,14 @@ func boolGauge(b bool) float64 {
 	return 0
 }
 
-// unsaved says whether a count moved since the last save.
-func (w *capWatch) unsaved() bool {
+// saveDue says whether the counts are to be saved now: one moved by a hundredth of its
+// limit since the last save, or, when the save interval is over (late), moved at all.
+func (w *capWatch) saveDue(late bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, mt := range w.capped() {
-		if w.saved[mt.Name] != mt.Used() {
+		moved := mt.Used() - min(mt.Used(), w.saved[mt.Name]) // a new period counts from 0
+		if moved >= mt.Limit/100 || (late && mt.Used() != w.saved[mt.Name]) {
 			return true
 		}
 	}

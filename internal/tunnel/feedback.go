@@ -21,24 +21,33 @@ import (
 // takes about 0.57 % of a 4.5 Mbit/s bond; sending it only while the reporting side
 // received more than it sent, or had a link in doubt, was tried and left the downstream
 // failover slower to recover (BENCHMARKS.md, "One FEEDBACK copy from the sending side").
-func (s *Session) sendFeedback(links []*link, doubt bool) {
+func (s *Session) sendFeedback(now time.Time, links []*link, doubt bool) {
 	var reports []wire.LinkReport
-	var rx uint32
 	for _, l := range links {
-		r := l.rx.report(l.spec.ID)
-		reports = append(reports, r)
-		rx += r.RxPackets
+		reports = append(reports, l.rx.report(l.spec.ID))
 	}
-	// A flow the peer's quiet reports can judge is arriving (busyQuietPackets in a
-	// report period): the peer needs these reports most if its links die, so they
-	// get a copy on a standby link too (feedbackRoutes).
-	flowing := rx-s.fbRxPackets >= busyQuietPackets
-	s.fbRxPackets = rx
 	stamp := clock.Micros32(clock.Nanos())
-	for _, via := range feedbackRoutes(links, doubt || flowing) {
+	for _, via := range feedbackRoutes(links, doubt || s.flowArriving(now, reports)) {
 		fb := wire.FeedbackBody{Counter: s.txCtrl.Add(1), Links: reports}
 		s.sendControlStamped(via, wire.TypeFeedback, 0, 0, fb.Append(nil), stamp)
 	}
+}
+
+// flowArriving says whether a flow the peer's quiet reports can judge is arriving
+// (busyQuietPackets data packets since the last report, on all links together), or
+// was until down_after ago: the peer needs these reports most if its links die, so
+// they get a copy on a standby link (feedbackRoutes); the reports that show nothing
+// arriving any more are the verdicts. Called once per FEEDBACK, from the tick.
+func (s *Session) flowArriving(now time.Time, reports []wire.LinkReport) bool {
+	var rx uint32 // cumulative per link, wrapping: only differences count
+	for _, r := range reports {
+		rx += r.RxPackets
+	}
+	if rx-s.fbRxPackets >= busyQuietPackets {
+		s.fbFlowUntil = now.Add(max(s.cfg.DownAfter, 3*s.cfg.Probe))
+	}
+	s.fbRxPackets = rx
+	return now.Before(s.fbFlowUntil)
 }
 
 // feedbackRoutes picks up to two links in the schedule for a FEEDBACK: links that are

@@ -282,3 +282,89 @@ func linkNames(ls []*link) []string {
 	}
 	return names
 }
+
+// A standby link that carried data keeps the probe interval as its unit for three
+// standby intervals after its last packet, so that dying under load it is found dead
+// on the primaries' scale although its reports of delivery stopped at once.
+func TestStandbyLinkThatCarriedDataIsJudgedQuickly(t *testing.T) {
+	cfg := testSession()
+	cfg.Probe, cfg.StandbyProbe = 100*time.Millisecond, time.Second
+	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	primary := s.addLink(LinkSpec{ID: 0, Name: "dsl"}, func(*link, []byte) error { return nil })
+	lte := s.addLink(LinkSpec{ID: 1, Name: "lte", Class: sched.ClassOverflow}, func(*link, []byte) error { return nil })
+	t0 := time.Unix(1000, 0)
+	primary.onReply(t0, 10*time.Millisecond)
+	lte.onReply(t0, 10*time.Millisecond)
+	tick := func(now time.Time) {
+		lte.noteSent(now)
+		lte.setUnit(s.probeUnit(lte, now, true), now)
+	}
+	tick(t0)
+	if u := lte.probeUnit(cfg.Probe); u != time.Second {
+		t.Fatalf("idle overflow link: unit %v, want the standby interval", u)
+	}
+	// The primaries fill up: data goes out on the overflow link, which then dies.
+	lte.txPkts.Add(50)
+	tick(t0.Add(100 * time.Millisecond))
+	if u := lte.probeUnit(cfg.Probe); u != cfg.Probe {
+		t.Fatalf("overflow link carrying data: unit %v, want %v", u, cfg.Probe)
+	}
+	for now := t0.Add(200 * time.Millisecond); now.Before(t0.Add(900 * time.Millisecond)); now = now.Add(100 * time.Millisecond) {
+		tick(now)
+		s.checkLinkHealth(lte, now)
+	}
+	if lte.isUp() {
+		t.Errorf("overflow link silent for 900 ms right after carrying data: still up (suspect %v); want it down", lte.isSuspect())
+	}
+	// Three standby intervals after its last packet it stands by again.
+	tick(t0.Add(3200 * time.Millisecond))
+	if u := lte.probeUnit(cfg.Probe); u != time.Second {
+		t.Errorf("3.1 s after its last packet the overflow link's unit is %v, want the standby interval", u)
+	}
+}
+
+// A standby link silent beyond its own scale gets no fresh silence count when the
+// primaries go: it is not made up again by the grace meant for a healthy one.
+func TestDeadStandbyLinkGetsNoGrace(t *testing.T) {
+	cfg := testSession()
+	cfg.Probe, cfg.StandbyProbe = 100*time.Millisecond, time.Second
+	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	backup := s.addLink(LinkSpec{ID: 1, Name: "lte", Class: sched.ClassBackup}, func(*link, []byte) error { return nil })
+	t0 := time.Unix(1000, 0)
+	backup.onReply(t0, 10*time.Millisecond)
+	backup.setUnit(s.probeUnit(backup, t0, true), t0)
+	// 3.5 s of silence: beyond three standby intervals. The primaries go.
+	now := t0.Add(3500 * time.Millisecond)
+	backup.setUnit(s.probeUnit(backup, now, false), now)
+	s.checkLinkHealth(backup, now)
+	if backup.isUp() && !backup.isSuspect() {
+		t.Error("a backup silent for 3.5 s (1-s standby interval) is up when the primaries go; want it in doubt at once")
+	}
+}
+
+// A flow arriving puts the FEEDBACK copy on a standby link, and keeps it there for
+// down_after after the flow stops: those reports are the verdicts on dead links.
+func TestFeedbackFollowsAFlowToTheStandbyLink(t *testing.T) {
+	cfg := testSession()
+	cfg.Probe, cfg.DownAfter = 100*time.Millisecond, 600*time.Millisecond
+	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	t0 := time.Unix(1000, 0)
+	report := func(pkts uint32) []wire.LinkReport { return []wire.LinkReport{{LinkID: 0, RxPackets: pkts}} }
+	if s.flowArriving(t0, report(3)) {
+		t.Error("3 packets in a report period: counted as a flow")
+	}
+	if !s.flowArriving(t0.Add(100*time.Millisecond), report(3+busyQuietPackets)) {
+		t.Error("8 packets in a report period: not a flow")
+	}
+	if !s.flowArriving(t0.Add(600*time.Millisecond), report(3+busyQuietPackets)) {
+		t.Error("500 ms after the flow's last packets: no longer counted; want down_after (600 ms)")
+	}
+	if s.flowArriving(t0.Add(800*time.Millisecond), report(3+busyQuietPackets)) {
+		t.Error("700 ms after the flow's last packets: still counted")
+	}
+	// Wrapping counters: only the difference counts.
+	s.flowArriving(t0.Add(time.Second), report(^uint32(0)-2))
+	if !s.flowArriving(t0.Add(1100*time.Millisecond), report(20)) {
+		t.Error("a counter that wrapped with 23 new packets: not a flow")
+	}
+}

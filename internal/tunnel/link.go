@@ -55,9 +55,12 @@ type link struct {
 	lastProbe time.Time // when the tick last probed the link (probeDue)
 	// unit is how often the link is probed while idle and the unit its silence is
 	// judged in (Session.probeUnit; 0 before the first tick: the probe interval);
-	// unitShrunk is when it last became shorter (setUnit).
+	// unitShrunk is when it last became shorter (setUnit). lastSent is when the tick
+	// last saw data sent on the link (txPkts moved since sentSeen).
 	unit       time.Duration
 	unitShrunk time.Time
+	lastSent   time.Time
+	sentSeen   uint64
 	// lastDelivered is when the peer last reported new data received on the link: a
 	// sign of life as good as a probe reply, and the only timely one from a slow link
 	// with a deep queue, whose probes wait behind its data (a scaled ADSL upstream with
@@ -356,6 +359,10 @@ func (l *link) sentLinkSeq() uint32 {
 func (l *link) lastSign() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.lastSignLocked()
+}
+
+func (l *link) lastSignLocked() time.Time {
 	if l.lastDelivered.After(l.lastReply) {
 		return l.lastDelivered
 	}
@@ -648,18 +655,41 @@ func (l *link) owes() bool {
 }
 
 // setUnit records the unit the link is probed and judged in from now on. A shorter one
-// than before (a standby link that starts carrying data or whose primaries went away,
-// a class raised) probes the link at once and starts its silence count afresh: its
-// last answer may be a standby interval old, which the shorter unit would call dead
-// just when the bond needs the link.
+// than before (a standby link whose primaries went away, one that starts carrying
+// data, a class raised) probes the link at once and, if the link was up and healthy
+// on its old scale, starts its silence count afresh: its last answer may be a standby
+// interval old, which the shorter unit would call dead just when the bond needs it.
+// A link silent beyond its old scale gets no such grace, so a dead standby link is
+// not kept alive by primaries that come and go.
 func (l *link) setUnit(u time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.unit != 0 && u < l.unit {
-		l.unitShrunk = now
+		if l.state == stateUp && now.Sub(l.lastSignLocked()) <= 3*l.unit {
+			l.unitShrunk = now
+		}
 		l.lastProbe = time.Time{}
 	}
 	l.unit = u
+}
+
+// noteSent records whether data went out on the link since the last tick.
+func (l *link) noteSent(now time.Time) {
+	n := l.txPkts.Load()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n != l.sentSeen {
+		l.sentSeen, l.lastSent = n, now
+	}
+}
+
+// carrying reports whether the link is one of the bond's working links right now
+// rather than standing by: data sent on it within the last window, a report of our
+// data arriving on it lately, data it owes, or a suspicion to settle.
+func (l *link) carrying(now time.Time, interval, window time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return now.Sub(l.lastSent) < window || l.busyLocked(now, interval) || l.quiet.owing || l.state == stateSuspect
 }
 
 // probeUnit is the unit setUnit recorded, or fallback (the probe interval) before one.
@@ -670,14 +700,6 @@ func (l *link) probeUnit(fallback time.Duration) time.Duration {
 		return fallback
 	}
 	return l.unit
-}
-
-// isBusy reports whether the peer's reports show our data arriving on the link
-// lately (within two probe intervals).
-func (l *link) isBusy(now time.Time, interval time.Duration) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.busyLocked(now, interval)
 }
 
 func (l *link) busyLocked(now time.Time, interval time.Duration) bool {

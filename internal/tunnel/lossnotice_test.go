@@ -131,7 +131,7 @@ func (p *pipePair) feedback() {
 	for _, l := range links {
 		l.onReply(p.clk, time.Millisecond)
 	}
-	p.rx.sendFeedback(links, false)
+	p.rx.sendFeedback(time.Now(), links, false)
 	p.pump()
 }
 

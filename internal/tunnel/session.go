@@ -26,7 +26,7 @@ type SessionConfig struct {
 	Probe     time.Duration // probe and feedback interval
 	DownAfter time.Duration // a link with no probe reply for this long leaves the schedule
 	// StandbyProbe, when longer than Probe, is how often an idle standby link (class
-	// overflow or backup) is probed, and its silence judged in its multiples (idleProbe).
+	// overflow or backup) is probed, and its silence judged in its multiples (probeUnit).
 	StandbyProbe time.Duration
 	// AQMTarget, when set, is the standing queue (on every link carrying traffic)
 	// above which the bond drops at its entry, CoDel-style (internal/aqm).
@@ -101,9 +101,10 @@ type Session struct {
 	// newest one taken (haveFeedback: any yet).
 	feedbackMu   sync.Mutex
 	lastFeedback uint32
-	// fbRxPackets is the packets our last FEEDBACK reported received on all links
-	// (sendFeedback, from the tick only).
+	// fbRxPackets is the packets our last FEEDBACK reported received on all links;
+	// until fbFlowUntil a flow counts as arriving (sendFeedback, from the tick only).
 	fbRxPackets  uint32
+	fbFlowUntil  time.Time
 	haveFeedback bool
 
 	// Receive: the resequencer and its hold timer.
@@ -658,6 +659,7 @@ func (s *Session) tick(now time.Time) {
 	s.repeatLossNotices()
 	primaryUp := slices.ContainsFunc(links, func(l *link) bool { return l.isUp() && !l.isStandby() })
 	for _, l := range links {
+		l.noteSent(now)
 		l.setUnit(s.probeUnit(l, now, primaryUp), now)
 	}
 	s.markSilentPeers(links, now)
@@ -676,7 +678,7 @@ func (s *Session) tick(now time.Time) {
 	if s.fp != nil {
 		s.mergeFastRx(links, now)
 	}
-	s.sendFeedback(links, doubt)
+	s.sendFeedback(now, links, doubt)
 	s.adaptHold(now, links)
 	s.publishReseqStats()
 	if s.schedDue.Swap(false) {
@@ -686,12 +688,15 @@ func (s *Session) tick(now time.Time) {
 
 // probeUnit is how often link l is to be probed while it carries nothing, and the unit
 // its silence is judged in: the probe interval, or the longer standby interval for a
-// standby link (overflow, backup) while it carries nothing and a primary is up. Such a
+// standby link (overflow, backup) while a primary is up and the link stands by. Such a
 // link waits for the primaries to fill up or fail, and a metered line (LTE) bills
 // every probe: probed like the others, with FEEDBACK copies, an idle one cost 15.6 GB
-// in 30 days. Carrying data, or with no primary left, it is one of the bond's links.
+// in 30 days. With no primary left, or carrying data (for three standby intervals
+// after its last: a link that dies under load stops being reported busy at once, and
+// must still be found dead in a fraction of a second), it is one of the bond's links.
 func (s *Session) probeUnit(l *link, now time.Time, primaryUp bool) time.Duration {
-	if s.cfg.StandbyProbe > s.cfg.Probe && primaryUp && l.isStandby() && !l.isBusy(now, s.cfg.Probe) {
+	if s.cfg.StandbyProbe > s.cfg.Probe && primaryUp && l.isStandby() &&
+		!l.carrying(now, s.cfg.Probe, 3*s.cfg.StandbyProbe) {
 		return s.cfg.StandbyProbe
 	}
 	return s.cfg.Probe

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -106,6 +107,7 @@ func TestDataCapMakesAnUplinkABackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitMetric(t, b, "cpe", reached, 0, 10*time.Second)
+	waitLog(t, restartLog, "reload: data caps applied", 5*time.Second) // logged after the metric moved
 	if line := logLine(t, restartLog, "reload: data caps applied"); !strings.Contains(line, "up3") {
 		t.Errorf("the reload does not name up3: %q", line)
 	}
@@ -241,8 +243,8 @@ func interfaceBytes(t testing.TB, b *bond, dev string) uint64 {
 // probe.standby_interval while idle, yet when both primaries die mid-transfer the flow
 // carries on over it, upstream and then downstream (the headend's side of the backup
 // is what the downstream needs). The primaries die silently, as a line does behind a
-// modem: no carrier change, every packet dropped both ways at the headend's side
-// (nftables), so each side must find the deaths from silence and reports.
+// modem: no carrier change, every packet dropped both ways (cutPrimaries), so each side
+// must find the deaths from silence and reports.
 func TestIdleBackupTakesOverWhenThePrimariesFail(t *testing.T) {
 	n := newTopology(t)
 	b := startBondWith(t, n, bondOptions{uplink: map[int]string{3: "    class: backup\n"}})
@@ -255,11 +257,7 @@ func TestIdleBackupTakesOverWhenThePrimariesFail(t *testing.T) {
 		flow := b.Start("lan", out, append([]string{"iperf3", "-c", server, "-t", "10", "-i", "1", "-J", "--connect-timeout", "3000"}, dir.args...)...)
 		time.Sleep(3 * time.Second)
 		before := b.linkTx(t, "cpe", "headend")["up3"] + b.linkTx(t, "hub", "cpe1")["link2"]
-		b.Run("hub", "nft", `add table netdev cut; `+
-			`add chain netdev cut in1 { type filter hook ingress device "hl1" priority 0; policy drop; }; `+
-			`add chain netdev cut out1 { type filter hook egress device "hl1" priority 0; policy drop; }; `+
-			`add chain netdev cut in2 { type filter hook ingress device "hl2" priority 0; policy drop; }; `+
-			`add chain netdev cut out2 { type filter hook egress device "hl2" priority 0; policy drop; }`)
+		cutPrimaries(b, true)
 		select {
 		case <-flow.Done:
 		case <-time.After(30 * time.Second):
@@ -275,7 +273,7 @@ func TestIdleBackupTakesOverWhenThePrimariesFail(t *testing.T) {
 		if last < goodputFloor {
 			t.Errorf("%s: last second %.1f Mbit/s with only the backup up, below the floor of %.0f", dir.name, last/1e6, goodputFloor/1e6)
 		}
-		b.Run("hub", "nft", "delete table netdev cut")
+		cutPrimaries(b, false)
 		deadline := time.Now().Add(20 * time.Second)
 		for b.linksUp("cpe", "headend") < 3 || b.linksUp("hub", "cpe1") < 3 {
 			if time.Now().After(deadline) {
@@ -292,4 +290,21 @@ func mbitList(bits []float64) string {
 		parts[i] = strconv.FormatFloat(b/1e6, 'f', 1, 64)
 	}
 	return strings.Join(parts, " ")
+}
+
+// cutPrimaries drops every packet both ways on up1 and up2 (cut), or gives them their
+// shaping back. It replaces each end's root qdisc with a TBF whose burst is smaller
+// than any packet, so that nothing passes, whatever sent it: nftables' netdev hooks
+// would not do, as packets the fast path redirects skip the egress hook and those it
+// takes in at tc ingress never reach the ingress one.
+func cutPrimaries(b *bond, cut bool) {
+	for k := 1; k <= 2; k++ {
+		for _, end := range []struct{ ns, dev string }{{"cpe", fmt.Sprintf("up%d", k)}, {"hub", fmt.Sprintf("hl%d", k)}} {
+			if cut {
+				b.Run(end.ns, "tc", "qdisc", "replace", "dev", end.dev, "root", "tbf", "rate", "8bit", "burst", "40", "latency", "1ms")
+			} else {
+				b.Shape(end.ns, end.dev, fmt.Sprintf("%dmbit", uplinkRates[k-1]), 40)
+			}
+		}
+	}
 }
