@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/vishvananda/netlink"
 
 	"github.com/aggd/aggd/internal/config"
@@ -28,9 +27,9 @@ const (
 	// 100 Mbit/s overshoots its cap by at most this much traffic (25 MB).
 	capPollInterval = 2 * time.Second
 	// capSaveInterval is how often the counts are saved while they change (a CPE's
-	// flash should not be rewritten every minute for years), and sooner when one moved
-	// by a hundredth of its limit; a power cut
-	// (not a stop: that saves) forgets at most this much of the count.
+	// flash should not be rewritten every minute for years); sooner when one moved by
+	// a hundredth of its limit. A power cut (not a stop: that saves) forgets at most
+	// that much of the count.
 	capSaveInterval = 10 * time.Minute
 )
 
