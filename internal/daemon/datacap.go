@@ -44,7 +44,6 @@ type capWatch struct {
 	mu      sync.Mutex
 	meters  []*datacap.Meter
 	ifaces  []string
-	reached []bool
 	saved   map[string]uint64  // each meter's count at the last save
 	warned  map[string]warning // when a meter's 90 % was logged
 	saveErr bool               // the last save failed (logged once until one works)
@@ -57,7 +56,7 @@ type capWatch struct {
 func watchDataCaps(ctx context.Context, log *slog.Logger, m *metrics.Set, cfg *config.CPE, cpe *tunnel.CPE) (w *capWatch, wait func()) {
 	n := len(cfg.Uplinks)
 	w = &capWatch{log: log, m: m, cpe: cpe, path: filepath.Join(cfg.StateDir, datacap.FileName),
-		meters: make([]*datacap.Meter, n), ifaces: make([]string, n), reached: make([]bool, n)}
+		meters: make([]*datacap.Meter, n), ifaces: make([]string, n)}
 	for i, u := range cfg.Uplinks {
 		w.ifaces[i] = u.Interface
 		if u.DataCap.Enabled() {
@@ -120,10 +119,7 @@ func (w *capWatch) apply(ups []config.Uplink) (changed []string) {
 			for _, g := range []*prometheus.GaugeVec{w.m.DataUsed, w.m.DataCap, w.m.DataCapReached, w.m.DataPeriodEnd} {
 				g.DeleteLabelValues(u.Name)
 			}
-			if w.reached[i] {
-				w.reached[i] = false
-				w.cpe.SetCapReached(i, false)
-			}
+			w.cpe.SetCapReached(i, false)
 			w.log.Info("reload: data cap removed; the uplink carries traffic by its class again", "link", u.Name)
 		case mt == nil:
 			mt = &datacap.Meter{Name: u.Name, Limit: uint64(u.DataCap.Limit), Schedule: schedule(u.DataCap)}
@@ -209,11 +205,10 @@ func (w *capWatch) pollLocked(now time.Time) (changed bool) {
 			w.log.Info("uplink has used 90 % of its data cap", "link", lbl, "used_bytes", mt.Used(), "limit_bytes", mt.Limit,
 				"period_end", mt.PeriodEnd().Format(time.RFC3339))
 		}
-		if reached == w.reached[i] {
+		if !w.cpe.SetCapReached(i, reached) {
 			continue
 		}
-		w.reached[i], changed = reached, true
-		w.cpe.SetCapReached(i, reached)
+		changed = true
 		if reached {
 			w.log.Warn("uplink used up its data cap: it carries traffic only as a backup (while no primary link is up) "+
 				"until the period ends", "link", mt.Name, "used_bytes", mt.Used(), "limit_bytes", mt.Limit,

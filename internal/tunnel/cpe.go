@@ -89,16 +89,17 @@ type CPE struct {
 	rebindMu sync.Mutex // one RebindUplink at a time
 	// tuning is each uplink's class, rate priors and weight as they are now: a reload
 	// changes them (RetuneUplinks), so they are read from here, not cfg.Uplinks.
+	tuningMu sync.Mutex
+	tuning   []LinkTuning
 	// capReached marks the uplinks whose data cap is used up (SetCapReached): they
-	// run as backups until the next period.
-	tuningMu   sync.Mutex
-	tuning     []LinkTuning
+	// run as backups until the next period. Under tuningMu.
 	capReached []bool
-	pending    *handshake.Initiator
-	pendingID  uint8
-	keyID      uint8
-	hsSent     time.Time
-	lastHS     time.Time
+
+	pending   *handshake.Initiator
+	pendingID uint8
+	keyID     uint8
+	hsSent    time.Time
+	lastHS    time.Time
 }
 
 // NewCPE opens one socket per uplink, bound to its interface and source address.
@@ -393,9 +394,9 @@ func (c *CPE) announceLinks(s *Session, all bool) {
 	// which a metered line bills, only get every standbyAnnounceEvery-th copy while a
 	// primary is up, and the names none, unless the announcement says what changed (all).
 	nth := c.announced.Add(1) - 1
-	spare := !all && slices.ContainsFunc(s.allLinks(), func(l *link) bool { return l.isUp() && !l.isStandby() })
+	spareStandby := !all && slices.ContainsFunc(s.allLinks(), upPrimary)
 	for _, l := range s.allLinks() {
-		if spare && l.isStandby() && nth%standbyAnnounceEvery != 0 {
+		if spareStandby && l.isStandby() && nth%standbyAnnounceEvery != 0 {
 			continue
 		}
 		body := wire.LinkParamsBody{Counter: s.txCtrl.Add(1), Links: links}
@@ -409,7 +410,7 @@ func (c *CPE) announceLinks(s *Session, all bool) {
 		names = append(names, wire.LinkName{LinkID: u.Spec.ID, Name: u.Spec.Name})
 	}
 	k := int(nth) % len(c.cfg.Uplinks)
-	if l := s.link(c.cfg.Uplinks[k].Spec.ID); l != nil && !(spare && l.isStandby()) {
+	if l := s.link(c.cfg.Uplinks[k].Spec.ID); l != nil && !(spareStandby && l.isStandby()) {
 		s.sendLinkNames(l, names)
 	}
 }

@@ -61,7 +61,7 @@ func (s *Session) flowArriving(now time.Time, reports []wire.LinkReport) bool {
 // Ten reports a second on an idle standby link would otherwise be most of what its
 // metered line bills (TestIdleStandbyLinksCostLittle).
 func feedbackRoutes(links []*link, need bool) []*link {
-	routes := bestTwo(links, func(l *link) bool { return l.isUp() && !l.isStandby() })
+	routes := bestTwo(links, upPrimary)
 	if len(routes) == 0 {
 		return bestTwo(links, (*link).isUp)
 	}

@@ -162,7 +162,7 @@ func TestBusyLinksAreProbedLessOften(t *testing.T) {
 				rx += 10
 				l.onFeedback(t0.Add(-interval/2), uint32(t0.UnixMicro()), wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500}, true)
 			}
-			if l.probeDue(t0, interval, interval, doubt) {
+			if l.probeDue(t0, interval, doubt) {
 				n++
 			}
 		}
@@ -192,11 +192,8 @@ func TestBusyLinksAreProbedLessOften(t *testing.T) {
 // seconds old, does not make it suspect just when the bond needs it. It carries no
 // FEEDBACK while a primary is up, unless that primary is in doubt.
 func TestIdleStandbyLinkIsProbedSeldom(t *testing.T) {
-	cfg := testSession()
-	cfg.Probe, cfg.StandbyProbe = 100*time.Millisecond, time.Second
-	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
-	primary := s.addLink(LinkSpec{ID: 0, Name: "dsl"}, func(*link, []byte) error { return nil })
-	backup := s.addLink(LinkSpec{ID: 1, Name: "lte", Class: sched.ClassBackup}, func(*link, []byte) error { return nil })
+	s, cfg, links := standbyTest(sched.ClassPrimary, sched.ClassBackup)
+	primary, backup := links[0], links[1]
 	t0 := time.Unix(1000, 0)
 	primary.onReply(t0, 10*time.Millisecond)
 	backup.onReply(t0, 5*time.Millisecond) // the lower RTT: FEEDBACK's first choice, were it not a backup
@@ -209,7 +206,7 @@ func TestIdleStandbyLinkIsProbedSeldom(t *testing.T) {
 				backup.onFeedback(t0.Add(-cfg.Probe/2), uint32(t0.UnixMicro()), wire.LinkReport{LinkID: 1, RxPackets: rx, RxBytes: uint64(rx) * 1500}, true)
 			}
 			backup.setUnit(s.probeUnit(backup, t0, primary.isUp()), t0)
-			if backup.probeDue(t0, cfg.Probe, backup.probeUnit(cfg.Probe), doubt) {
+			if backup.probeDue(t0, cfg.Probe, doubt) {
 				n++
 			}
 		}
@@ -258,7 +255,7 @@ func TestIdleStandbyLinkIsProbedSeldom(t *testing.T) {
 	if u := backup.probeUnit(cfg.Probe); u != cfg.Probe {
 		t.Fatalf("with no primary up the backup's unit is %v, want %v", u, cfg.Probe)
 	}
-	if !backup.probeDue(now, cfg.Probe, backup.probeUnit(cfg.Probe), false) {
+	if !backup.probeDue(now, cfg.Probe, false) {
 		t.Error("the backup is not probed at once when it becomes the bond's only link")
 	}
 	s.checkLinkHealth(backup, now.Add(cfg.Probe))
@@ -287,11 +284,8 @@ func linkNames(ls []*link) []string {
 // standby intervals after its last packet, so that dying under load it is found dead
 // on the primaries' scale although its reports of delivery stopped at once.
 func TestStandbyLinkThatCarriedDataIsJudgedQuickly(t *testing.T) {
-	cfg := testSession()
-	cfg.Probe, cfg.StandbyProbe = 100*time.Millisecond, time.Second
-	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
-	primary := s.addLink(LinkSpec{ID: 0, Name: "dsl"}, func(*link, []byte) error { return nil })
-	lte := s.addLink(LinkSpec{ID: 1, Name: "lte", Class: sched.ClassOverflow}, func(*link, []byte) error { return nil })
+	s, cfg, links := standbyTest(sched.ClassPrimary, sched.ClassOverflow)
+	primary, lte := links[0], links[1]
 	t0 := time.Unix(1000, 0)
 	primary.onReply(t0, 10*time.Millisecond)
 	lte.onReply(t0, 10*time.Millisecond)
@@ -326,10 +320,8 @@ func TestStandbyLinkThatCarriedDataIsJudgedQuickly(t *testing.T) {
 // A standby link silent beyond its own scale gets no fresh silence count when the
 // primaries go: it is not made up again by the grace meant for a healthy one.
 func TestDeadStandbyLinkGetsNoGrace(t *testing.T) {
-	cfg := testSession()
-	cfg.Probe, cfg.StandbyProbe = 100*time.Millisecond, time.Second
-	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
-	backup := s.addLink(LinkSpec{ID: 1, Name: "lte", Class: sched.ClassBackup}, func(*link, []byte) error { return nil })
+	s, _, links := standbyTest(sched.ClassBackup)
+	backup := links[0]
 	t0 := time.Unix(1000, 0)
 	backup.onReply(t0, 10*time.Millisecond)
 	backup.setUnit(s.probeUnit(backup, t0, true), t0)
@@ -367,4 +359,17 @@ func TestFeedbackFollowsAFlowToTheStandbyLink(t *testing.T) {
 	if !s.flowArriving(t0.Add(1100*time.Millisecond), report(20)) {
 		t.Error("a counter that wrapped with 23 new packets: not a flow")
 	}
+}
+
+// standbyTest is a session probing every 100 ms, and idle standby links every second,
+// with one link of each class given (ids from 0, named by their class).
+func standbyTest(classes ...sched.Class) (*Session, SessionConfig, []*link) {
+	cfg := testSession()
+	cfg.Probe, cfg.StandbyProbe = 100*time.Millisecond, time.Second
+	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	var links []*link
+	for i, c := range classes {
+		links = append(links, s.addLink(LinkSpec{ID: uint8(i), Name: c.String(), Class: c}, func(*link, []byte) error { return nil }))
+	}
+	return s, cfg, links
 }

@@ -619,8 +619,8 @@ func (l *link) isUp() bool {
 const busyProbeEvery = 4
 
 // probeDue reports whether the tick at now should probe the link: every probe interval
-// while it is idle, in doubt or not up yet (every idle interval instead, for an idle
-// standby link: Session.probeUnit); every busyProbeEvery intervals while the
+// while it is idle, in doubt or not up yet (every standby interval instead, for an
+// idle standby link: its unit, Session.probeUnit); every busyProbeEvery intervals while the
 // peer's reports show our data arriving on it. Those reports prove a busy link alive and
 // find it dead sooner than its probes (quiet.go), while a probe and the peer's reply to
 // the peer's probe, each interval, took about 0.9 % of a 1.5 Mbit/s link in the
@@ -630,10 +630,10 @@ const busyProbeEvery = 4
 // new data too, and only their probe replies tell a dead link from a silent peer
 // (markSilentPeers; with probes every fourth interval, the lab's failover once waited
 // for the full down time).
-func (l *link) probeDue(now time.Time, interval, idle time.Duration, doubt bool) bool {
+func (l *link) probeDue(now time.Time, interval time.Duration, doubt bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	every := idle
+	every := l.unitLocked(interval)
 	switch {
 	case doubt:
 		every = interval
@@ -696,6 +696,10 @@ func (l *link) carrying(now time.Time, interval, window time.Duration) bool {
 func (l *link) probeUnit(fallback time.Duration) time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.unitLocked(fallback)
+}
+
+func (l *link) unitLocked(fallback time.Duration) time.Duration {
 	if l.unit == 0 {
 		return fallback
 	}
@@ -705,6 +709,9 @@ func (l *link) probeUnit(fallback time.Duration) time.Duration {
 func (l *link) busyLocked(now time.Time, interval time.Duration) bool {
 	return l.state == stateUp && now.Sub(l.lastDelivered) < 2*interval
 }
+
+// upPrimary reports whether the link is a primary in the schedule.
+func upPrimary(l *link) bool { return l.isUp() && !l.isStandby() }
 
 // isStandby reports whether the link stands by for the primaries: class overflow or
 // backup, the user's statement that it costs (a metered line). Ours by its effective

@@ -47,7 +47,7 @@ func (c *CPE) RetuneUplinks(t []LinkTuning) []string {
 // SetCapReached says whether uplink id has used up its data cap for the period: while
 // it has, the link is used as a backup whatever its class (only while no primary link
 // is up), in the running session and every later one, and the headend
-// is told at once. It reports whether that changed anything.
+// is told at once. It reports whether the uplink's capped state changed.
 func (c *CPE) SetCapReached(id int, reached bool) bool {
 	c.hsMu.Lock() // as in RetuneUplinks
 	defer c.hsMu.Unlock()

@@ -101,11 +101,11 @@ type Session struct {
 	// newest one taken (haveFeedback: any yet).
 	feedbackMu   sync.Mutex
 	lastFeedback uint32
-	// fbRxPackets is the packets our last FEEDBACK reported received on all links;
-	// until fbFlowUntil a flow counts as arriving (sendFeedback, from the tick only).
-	fbRxPackets  uint32
-	fbFlowUntil  time.Time
 	haveFeedback bool
+	// fbRxPackets is the packets our last FEEDBACK reported received on all links;
+	// until fbFlowUntil a flow counts as arriving (flowArriving, from the tick only).
+	fbRxPackets uint32
+	fbFlowUntil time.Time
 
 	// Receive: the resequencer and its hold timer.
 	rxMu  sync.Mutex
@@ -657,7 +657,7 @@ func (s *Session) onHoldTimer() {
 func (s *Session) tick(now time.Time) {
 	links := s.allLinks()
 	s.repeatLossNotices()
-	primaryUp := slices.ContainsFunc(links, func(l *link) bool { return l.isUp() && !l.isStandby() })
+	primaryUp := slices.ContainsFunc(links, upPrimary)
 	for _, l := range links {
 		l.noteSent(now)
 		l.setUnit(s.probeUnit(l, now, primaryUp), now)
@@ -665,7 +665,7 @@ func (s *Session) tick(now time.Time) {
 	s.markSilentPeers(links, now)
 	doubt := slices.ContainsFunc(links, (*link).owes)
 	for _, l := range links {
-		if l.probeDue(now, s.cfg.Probe, l.probeUnit(s.cfg.Probe), doubt) {
+		if l.probeDue(now, s.cfg.Probe, doubt) {
 			s.sendProbe(l, 0)
 		}
 		if l.checkTrain(now) {
