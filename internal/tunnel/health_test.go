@@ -208,6 +208,7 @@ func TestIdleStandbyLinkIsProbedSeldom(t *testing.T) {
 			backup.setUnit(s.probeUnit(backup, t0, primary.isUp()), t0)
 			if backup.probeDue(t0, cfg.Probe, doubt) {
 				n++
+				backup.onReply(t0, 5*time.Millisecond) // a working link answers
 			}
 		}
 		return n
@@ -278,6 +279,80 @@ func linkNames(ls []*link) []string {
 		names = append(names, l.spec.Name)
 	}
 	return names
+}
+
+// An idle standby link that misses an answer is verified at the probe interval: one
+// that died is found down within down_after of the missed answer rather than after
+// three standby intervals, one whose reply was only late goes back to standing by,
+// and one found down is probed on the standby scale again.
+func TestIdleStandbyLinkThatMissesAnAnswerIsVerified(t *testing.T) {
+	s, cfg, links := standbyTest(sched.ClassPrimary, sched.ClassBackup)
+	primary, backup := links[0], links[1]
+	t0 := time.Unix(1000, 0)
+	primary.onReply(t0, 10*time.Millisecond)
+	backup.onReply(t0, 10*time.Millisecond)
+	now := t0
+	var probes int
+	tick := func(answer bool) {
+		now = now.Add(cfg.Probe)
+		backup.setUnit(s.probeUnit(backup, now, true), now)
+		if backup.probeDue(now, cfg.Probe, false) {
+			probes++
+			if answer {
+				backup.onReply(now, 10*time.Millisecond)
+			}
+		}
+		s.checkLinkHealth(backup, now)
+	}
+	for range 10 {
+		tick(true)
+	}
+	if u := backup.probeUnit(cfg.Probe); u != cfg.StandbyProbe {
+		t.Fatalf("idle backup answering its probes: unit %v, want %v", u, cfg.StandbyProbe)
+	}
+
+	// A reply goes missing (a lost packet), then the link answers again.
+	answered := backup.lastSign()
+	for backup.probeUnit(cfg.Probe) != cfg.Probe && now.Sub(answered) < 3*cfg.StandbyProbe {
+		tick(false)
+	}
+	if silent, most := now.Sub(answered), cfg.StandbyProbe+4*cfg.Probe+20*time.Millisecond; silent > most {
+		t.Fatalf("idle backup verified %v after its last answer, want within %v", silent, most)
+	}
+	if !backup.isUp() || backup.isSuspect() {
+		t.Fatalf("idle backup whose reply is just overdue: up %v suspect %v, want up", backup.isUp(), backup.isSuspect())
+	}
+	probes = 0
+	tick(true)
+	tick(true)
+	if u := backup.probeUnit(cfg.Probe); u != cfg.StandbyProbe || !backup.isUp() || backup.isSuspect() {
+		t.Errorf("the backup answered again: unit %v up %v suspect %v, want the standby interval and up", u, backup.isUp(), backup.isSuspect())
+	}
+	if probes != 1 {
+		t.Errorf("verifying a late link cost %d probes before it answered, want 1", probes)
+	}
+
+	// Now it dies: found down within the missed answer plus down_after.
+	answered = backup.lastSign()
+	for backup.isUp() && now.Sub(answered) < 3*cfg.StandbyProbe {
+		tick(false)
+	}
+	if backup.isUp() {
+		t.Fatalf("idle backup silent for %v: still up, want down", now.Sub(answered))
+	}
+	// The missed answer and a tick, then twice the suspicion time (three probe
+	// intervals) and a tick.
+	if took, most := now.Sub(answered), cfg.StandbyProbe+4*cfg.Probe+20*time.Millisecond+7*cfg.Probe; took > most {
+		t.Errorf("idle backup found down %v after its last answer, want at most %v", took, most)
+	}
+	// Down, it is probed on the standby scale.
+	probes = 0
+	for range 30 {
+		tick(false)
+	}
+	if probes != 3 {
+		t.Errorf("a down backup got %d probes in 3 s, want 3", probes)
+	}
 }
 
 // A standby link that carried data keeps the probe interval as its unit for three

@@ -692,6 +692,18 @@ func (l *link) carrying(now time.Time, interval, window time.Duration) bool {
 	return now.Sub(l.lastSent) < window || l.busyLocked(now, interval) || l.quiet.owing || l.state == stateSuspect
 }
 
+// missedAnswer reports whether an up link probed every `every` has gone without a sign
+// for longer than the answer to its last probe can take: the probe's spacing, three
+// probe intervals for the ticks' lateness, and two smoothed RTTs. Only an up link: one
+// already suspect is judged in the short unit anyway, and a down one stays on the
+// standby scale (a dead metered line is not probed ten times a second).
+func (l *link) missedAnswer(now time.Time, every, interval time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	late := every + 3*interval + time.Duration(2*l.rttNs)
+	return l.state == stateUp && now.Sub(l.lastSignLocked()) > late
+}
+
 // probeUnit is the unit setUnit recorded, or fallback (the probe interval) before one.
 func (l *link) probeUnit(fallback time.Duration) time.Duration {
 	l.mu.Lock()

@@ -694,9 +694,14 @@ func (s *Session) tick(now time.Time) {
 // in 30 days. With no primary left, or carrying data (for three standby intervals
 // after its last: a link that dies under load stops being reported busy at once, and
 // must still be found dead in a fraction of a second), it is one of the bond's links.
+// So is a standby link whose answer to its last probe is overdue, until it answers or
+// is found down: judged in standby intervals, a link that died idle went unnoticed for
+// 4-6 s; verified at the probe interval, it is found within down_after of the missed
+// answer, and a late or lost reply costs a few probes.
 func (s *Session) probeUnit(l *link, now time.Time, primaryUp bool) time.Duration {
 	if s.cfg.StandbyProbe > s.cfg.Probe && primaryUp && l.isStandby() &&
-		!l.carrying(now, s.cfg.Probe, 3*s.cfg.StandbyProbe) {
+		!l.carrying(now, s.cfg.Probe, 3*s.cfg.StandbyProbe) &&
+		!l.missedAnswer(now, s.cfg.StandbyProbe, s.cfg.Probe) {
 		return s.cfg.StandbyProbe
 	}
 	return s.cfg.Probe

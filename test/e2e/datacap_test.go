@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -284,6 +285,53 @@ func TestIdleBackupTakesOverWhenThePrimariesFail(t *testing.T) {
 	}
 }
 
+// TestIdleBackupThatDiesIsFoundDown: an idle backup link is probed only every
+// probe.standby_interval (here 4 s), and judged in that unit it went unnoticed for
+// 8-12 s when it died silently. The first answer it misses has the CPE probe it at the
+// probe interval, so it is found down within about one standby interval and
+// down_after; when it comes back it is up again on its next probe.
+func TestIdleBackupThatDiesIsFoundDown(t *testing.T) {
+	const standby = 4 * time.Second
+	n := newTopology(t)
+	b := startBondWith(t, n, bondOptions{uplink: map[int]string{3: "    class: backup\n"},
+		cpe: fmt.Sprintf("probe:\n  standby_interval: %s\n", standby)})
+	// Standing by, probed on its own scale; it dies at a random point between probes.
+	time.Sleep(2*standby + rand.N(standby))
+	up3 := `aggd_link_up{link="up3",peer="headend"}`
+	if b.metricOr0("cpe", up3) != 1 {
+		t.Fatalf("the backup up3 is not up before the test")
+	}
+	cutLinks(b, true, 3)
+	died := time.Now()
+	var found time.Duration
+	for found == 0 && time.Since(died) < 4*standby {
+		time.Sleep(50 * time.Millisecond)
+		if b.metricOr0("cpe", up3) == 0 {
+			found = time.Since(died)
+		}
+	}
+	if found == 0 {
+		t.Fatalf("the idle backup was not found down within %v of dying", 4*standby)
+	}
+	// The missed answer (a standby interval, three probe intervals and two RTTs after
+	// the last one), then down_after of silence at the probe interval, and a second
+	// for ticks and scrapes. Judged in standby intervals it took at least 8 s.
+	most := standby + 300*time.Millisecond + 600*time.Millisecond + time.Second
+	t.Logf("the idle backup died silently; the CPE found it down after %.2f s (standby_interval %v)", found.Seconds(), standby)
+	if found > most {
+		t.Errorf("the idle backup was found down %.2f s after it died, want within %v", found.Seconds(), most)
+	}
+	cutLinks(b, false, 3)
+	back := time.Now()
+	for b.metricOr0("cpe", up3) != 1 {
+		if time.Since(back) > 2*standby+time.Second {
+			t.Fatalf("the backup is not up again %v after it came back", 2*standby+time.Second)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("back up %.2f s after it came back", time.Since(back).Seconds())
+}
+
 func mbitList(bits []float64) string {
 	parts := make([]string, len(bits))
 	for i, b := range bits {
@@ -293,12 +341,16 @@ func mbitList(bits []float64) string {
 }
 
 // cutPrimaries drops every packet both ways on up1 and up2 (cut), or gives them their
-// shaping back. It replaces each end's root qdisc with a TBF whose burst is smaller
+// shaping back.
+func cutPrimaries(b *bond, cut bool) { cutLinks(b, cut, 1, 2) }
+
+// cutLinks drops every packet both ways on the uplinks numbered ks (cut), or gives them
+// their shaping back. It replaces each end's root qdisc with a TBF whose burst is smaller
 // than any packet, so that nothing passes, whatever sent it: nftables' netdev hooks
 // would not do, as packets the fast path redirects skip the egress hook and those it
 // takes in at tc ingress never reach the ingress one.
-func cutPrimaries(b *bond, cut bool) {
-	for k := 1; k <= 2; k++ {
+func cutLinks(b *bond, cut bool, ks ...int) {
+	for _, k := range ks {
 		for _, end := range []struct{ ns, dev string }{{"cpe", fmt.Sprintf("up%d", k)}, {"hub", fmt.Sprintf("hl%d", k)}} {
 			if cut {
 				b.Run(end.ns, "tc", "qdisc", "replace", "dev", end.dev, "root", "tbf", "rate", "8bit", "burst", "40", "latency", "1ms")
