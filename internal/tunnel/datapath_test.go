@@ -266,18 +266,7 @@ func TestLinkDownAndUp(t *testing.T) {
 	n := b.startCPE(p, 3, time.Hour)
 	b.waitReady(n)
 	ms := b.mappings(n)
-	s := b.session(p.name)
-	heUp := func() float64 { return gauge(b.heM.LinkUp.WithLabelValues(p.name, "link1")) }
-
-	ms[1].setBlackhole(true)
-	waitFor(t, "link 1 down on both sides", func() bool { return linkUp(n, 1) == 0 && heUp() == 0 })
-	if s.link(1).isUp() || n.c.session.Load().link(1).isUp() {
-		t.Fatal("gauge says down but the link is up")
-	}
-	// The tick that declared it down reschedules right after; do it now so that no
-	// packet can slip onto the dead link in between.
-	n.c.session.Load().refreshSchedule()
-	s.refreshSchedule()
+	heUp := b.cutLink(n, ms, 1)
 	if linkUp(n, 0) != 1 || linkUp(n, 2) != 1 {
 		t.Fatal("the other links went down too")
 	}
@@ -302,6 +291,24 @@ func TestLinkDownAndUp(t *testing.T) {
 	if after[1].up == before[1].up || after[1].down == before[1].down {
 		t.Errorf("link 1 carried no data after coming back: %v -> %v", before[1], after[1])
 	}
+}
+
+// cutLink blackholes uplink i of n both ways and waits until both sides find it down.
+// It returns the headend's aggd_link_up gauge for the link.
+func (b *bed) cutLink(n *cpeNode, ms []*mapping, i int) (heUp func() float64) {
+	b.t.Helper()
+	s := b.session(n.peer.name)
+	heUp = func() float64 { return gauge(b.heM.LinkUp.WithLabelValues(n.peer.name, fmt.Sprintf("link%d", i))) }
+	ms[i].setBlackhole(true)
+	waitFor(b.t, fmt.Sprintf("link %d down on both sides", i), func() bool { return linkUp(n, i) == 0 && heUp() == 0 })
+	if s.link(uint8(i)).isUp() || n.c.session.Load().link(uint8(i)).isUp() {
+		b.t.Fatal("gauge says down but the link is up")
+	}
+	// The tick that declared it down reschedules right after; do it now so that no
+	// packet can slip onto the dead link in between.
+	n.c.session.Load().refreshSchedule()
+	s.refreshSchedule()
+	return heUp
 }
 
 // 5. Bad datagrams are dropped, counted by reason, and never reach the tunnel.

@@ -108,6 +108,9 @@ type link struct {
 	sent    sentLog
 	offline atomic.Bool
 	rebound atomic.Pointer[netip.AddrPort]
+	// noEvidence: found down and nothing heard on it since, so the resequencer does
+	// not wait for its FIFO evidence (evidence.go).
+	noEvidence atomic.Bool
 
 	// txData counts the data bytes sent on the link (outer headers included, as the
 	// peer counts them), by the daemon and the kernel alike: what we offered the link.

@@ -194,12 +194,8 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 	l.est.SetPrior(l.prior())
 	l.setState(stateProbing)
 	s.links[spec.ID] = l
-	ids := make([]uint8, 0, len(s.links))
-	for id := range s.links {
-		ids = append(ids, id)
-	}
 	s.rxMu.Lock()
-	s.reseq.SetLinks(ids)
+	s.reseq.SetLinks(evidenceLinks(s.links))
 	s.rxMu.Unlock()
 	s.schedDue.Store(true)
 	s.showLinkName(l) // under linksMu, the one order linksMu and linkNames.mu are taken in
@@ -499,6 +495,9 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 		s.schedDue.Store(true) // the kernel must send with the confirmed keys too
 	}
 	s.follow(l, from)
+	if l.noEvidence.Load() {
+		s.evidenceBack(l) // before its data reaches the resequencer
+	}
 	l.m.rxPackets.Inc()
 	l.m.rxBytes.Add(float64(len(pkt) + 28))
 	if h.Type == wire.TypeData {
@@ -748,6 +747,7 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 	case stateSuspect:
 		l.log.Warn("link suspect: copying its traffic to another link", "cause", cause.String())
 	case stateDown:
+		s.evidenceGone(l)
 		noticed := s.reassign(l)
 		l.log.Warn("link down", "cause", cause.String(), "down_after", s.cfg.DownAfter, "loss_notice_seqs", noticed)
 	}
