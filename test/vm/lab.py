@@ -67,6 +67,14 @@ METRICS = "http://127.0.0.1:9469/metrics"
 CPE_PEER = "cpe1"
 FIFO_RATE = "10gbit"  # netem rate that only serves to keep the delay line FIFO
 TUNNEL_OVERHEAD = 56  # outer IPv4 + UDP + aggd header
+# uplinks[].class in aggd's config. Overflow and backup links stand by (a metered line):
+# probed every probe.standby_interval while idle, which the lab leaves at its default.
+LINK_CLASSES = ("primary", "overflow", "backup")
+STANDBY_CLASSES = ("overflow", "backup")
+STANDBY_PROBE_S = 2.0
+# What an idle standby link may cost, both ways on the wire (the e2e test's limit:
+# both sides' probes every 2 s and their replies are about 140 bytes/s).
+IDLE_STANDBY_BYTES_LIMIT = 400
 # A vCPU (or an aggd process) busier than this on average during a measurement makes
 # the measurement CPU-bound rather than link-bound.
 CPU_BOUND_PCT = float(os.environ.get("LAB_CPU_BOUND_PCT", "85"))
@@ -354,6 +362,9 @@ def load_scenario(arg):
             spec["nominal_mbit"] = float(spec["rate_mbit"])
             spec["rate_mbit"] = max(min_rate, round(float(spec["rate_mbit"]) * float(lscale.get(d, 1)), 3))
             link[d] = spec
+        link["class"] = l.get("class", "primary")
+        if link["class"] not in LINK_CLASSES:
+            raise LabError(f"{path}: link {name}: class {link['class']!r} is not one of {', '.join(LINK_CLASSES)}")
         link["fluctuate"] = l.get("fluctuate", prof.get("fluctuate"))
         link["flap"] = l.get("flap", prof.get("flap"))
         links.append(link)
@@ -365,8 +376,14 @@ def load_scenario(arg):
     sc["transfer"].setdefault("streams", 1)
     sc.setdefault("schedule", [])
     for ev in sc["schedule"]:
-        if ev.get("link") not in names:
+        # `link` is one link's name, or a list of links that change together (in
+        # parallel: one tc exec per link takes ~0.5 s under TCG).
+        group = ev.get("link") if isinstance(ev.get("link"), list) else [ev.get("link")]
+        if not group or any(n not in names for n in group):
             raise LabError(f"{path}: schedule event {ev} names no link of the scenario")
+        if len(group) > 1 and ev.get("action") not in ("down", "up"):
+            raise LabError(f"{path}: schedule event {ev}: only down and up may name several links")
+        ev["links"], ev["link"] = group, "+".join(group)
     sc.setdefault("idle_outages", [])
     for o in sc["idle_outages"]:
         if o.get("link") not in names:
@@ -527,6 +544,26 @@ class Topology:
                 self.down.add((name, d))
             else:
                 self.down.discard((name, d))
+
+    def set_down_together(self, names, down, dirs=("up", "down")):
+        """set_down for several links at the same moment: one thread per link namespace."""
+        if len(names) == 1:
+            self.set_down(names[0], down, dirs)
+            return
+        errs = []
+
+        def one(n):
+            try:
+                self.set_down(n, down, dirs)
+            except Exception as e:  # noqa: BLE001 - raised below, after the others
+                errs.append(e)
+        ts = [threading.Thread(target=one, args=(n,)) for n in names]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errs:
+            raise errs[0]
 
     def set_rate(self, name, d, mbit):
         l = self.link(name)
@@ -1109,6 +1146,8 @@ class Run:
         rates = configured_rates(self.sc)
         for l in self.sc["links"]:
             ups += f"  - name: {l['name']}\n    interface: up{l['index']}\n"
+            if l["class"] != "primary":
+                ups += f"    class: {l['class']}\n"
             if rates:  # priors and caps; without them aggd measures the links itself
                 ups += (f"    rate_up: {int(l['up']['rate_mbit'] * 1000)}kbit\n"
                         f"    rate_down: {int(l['down']['rate_mbit'] * 1000)}kbit\n")
@@ -1209,6 +1248,33 @@ bpf:
                 + " Mbit/s up/down" if pids else ""))
         return {"cpu": cpu, "links_mbit": links}
 
+    def link_wire_bytes(self):
+        """Bytes that entered each link from either end so far (both directions, as a
+        provider bills them; Ethernet headers included)."""
+        out = {}
+        for l in self.sc["links"]:
+            nd = in_ns(f"l{l['index']}", read_netdev)
+            out[l["name"]] = nd["tocpe"][0] + nd["tohub"][0]
+        return out
+
+    def idle_link_cost(self, secs):
+        """What the idle bond puts on each link (probes, reports, announcements) over secs:
+        bytes per second both ways, and what that makes in 30 days."""
+        step(f"Idle bond: what each link carries in {secs:g} s without traffic (a metered line bills it)")
+        a, t_a = self.link_wire_bytes(), time.time()
+        time.sleep(secs)
+        b, t_b = self.link_wire_bytes(), time.time()
+        res = {}
+        for l in self.sc["links"]:
+            n = l["name"]
+            bps = (b[n] - a[n]) / (t_b - t_a)
+            res[n] = {"class": l["class"], "bytes_per_s": round(bps, 1), "gb_per_30_days": round(bps * 30 * 86400 / 1e9, 2),
+                      "seconds": round(t_b - t_a, 2)}
+        info("idle link cost, both ways: " + ", ".join(
+            f"{n} ({v['class']}) {v['bytes_per_s']:.0f} bytes/s ({v['gb_per_30_days']} GB in 30 days)"
+            for n, v in res.items()))
+        return res
+
     def save_metrics(self):
         for who in ("cpe", "hub"):
             try:
@@ -1299,7 +1365,7 @@ bpf:
             a = ev["action"]
             t_apply = round(time.time() - t0, 2)  # when the change starts (tc takes ~0.5 s under TCG)
             if a in ("down", "up"):
-                self.topo.set_down(ev["link"], a == "down", dirs)
+                self.topo.set_down_together(ev["links"], a == "down", dirs)
             elif a == "rate":
                 eff = {}
                 for d in dirs:
@@ -1398,7 +1464,7 @@ bpf:
         # transfer starts from the scenario's links (and its own schedule steps again).
         for ev in evs:
             if ev["action"] == "down":
-                self.topo.set_down(ev["link"], False)
+                self.topo.set_down_together(ev["links"], False)
             elif ev["action"] == "rate":
                 lk = self.topo.link(ev["link"])
                 for dd in (("up", "down") if ev.get("dir", "both") == "both" else (ev["dir"],)):
@@ -1696,6 +1762,8 @@ bpf:
         self.baselines()
         self.start_aggd()
         self.result["idle_bond"] = self.idle("bond idle (aggd probes only)", self.aggd_pids())
+        if sc.get("idle_cost_s"):
+            self.result["idle_cost"] = self.idle_link_cost(float(sc["idle_cost_s"]))
         target = SERVER
         vpn = sc.get("vpn")
         if vpn:
@@ -1728,7 +1796,11 @@ bpf:
     def summarize(self):
         r = self.result
         sc = self.sc
-        sums = {d: round(sum(b[d]["baseline_mbit"] for b in r["links"]), 3) for d in ("up", "down")}
+        # A backup link carries data only while no primary is up: the bond is not expected
+        # to beat it, nor to add it to the sum, while the primaries work.
+        backup = {l["name"] for l in sc["links"] if l["class"] == "backup"}
+        sums = {d: round(sum(b[d]["baseline_mbit"] for b in r["links"] if b["name"] not in backup), 3)
+                for d in ("up", "down")}
         base_cpu = any(b[d]["baseline_cpu_bound"] for b in r["links"] for d in ("up", "down"))
         r["sum_of_baselines_mbit"] = sums
         r["aggregate"] = {}
@@ -1739,7 +1811,7 @@ bpf:
             ratio = round(t["goodput_mbit"] / sums[d], 3) if sums[d] else None
             a = {"direction": d, "congestion": t.get("congestion"), "goodput_mbit": t["goodput_mbit"],
                  "sum_of_baselines_mbit": sums[d],
-                 "best_single_link_mbit": max(b[d]["baseline_mbit"] for b in r["links"]),
+                 "best_single_link_mbit": max(b[d]["baseline_mbit"] for b in r["links"] if b["name"] not in backup),
                  "cpu_bound": t["cpu_bound"] or False,
                  "rtt_under_load_ms": {k: t["rtt_under_load"].get(k) for k in ("avg_ms", "p50_ms", "p95_ms", "max_ms")}}
             if t["cpu_bound"]:
@@ -1967,11 +2039,12 @@ def failover_figures(t, base, sums):
     for e in evs:
         if e["action"] != "down" or e.get("flap"):
             continue
-        name, t_out = e["link"], event_time(e)
+        # name: the link, or the links that died together ("dsl+cable").
+        name, group, t_out = e["link"], e.get("links") or [e["link"]], event_time(e)
         up = next((x for x in evs if x["action"] == "up" and x["link"] == name and x["applied_at"] > e["applied_at"]),
                   None)
         t_up = event_time(up) if up else t["seconds"]
-        remaining = sum(v for n, v in base.items() if n != name)
+        remaining = sum(v for n, v in base.items() if n not in group)
         want = 0.9 * remaining
         # The end of the first 0.2-s interval (mostly after the outage) at >= 90 %, whose
         # next second (from its start) also averages >= 90 %: a lone spike does not count.
@@ -1989,17 +2062,17 @@ def failover_figures(t, base, sums):
              "goodput_during_mbit": round(during, 3) if during is not None else None,
              "recovery_s": rec, "want_mbit": round(want, 3)}
         scr = t.get("cpe_link_up") or []
-        det = first_scrape(scr, t_out, lambda x: x["up"].get(name) == 0)
+        det = first_scrape(scr, t_out, lambda x: all(x["up"].get(n) == 0 for n in group))
         f["detect_s"] = round(det["t"] - t_out, 2) if det else None
         f["scrapes"] = len(scr)
         ret = None
         if up:
             for x, sh, _ in window_shares(t, "links_mbit"):
-                if x > t_up and sh.get(name, 0) >= USED_SHARE:
+                if x > t_up and sum(sh.get(n, 0) for n in group) >= USED_SHARE:
                     ret = round(x - t_up, 2)
                     break
         f["return_s"] = ret
-        back = first_scrape(scr, t_up, lambda x: x["up"].get(name) == 1) if up else None
+        back = first_scrape(scr, t_up, lambda x: all(x["up"].get(n) == 1 for n in group)) if up else None
         f["link_up_again_s"] = round(back["t"] - t_up, 2) if back else None
         out.append(f)
     return out
@@ -2012,6 +2085,7 @@ def control_figures(r, sc):
     detection and return; and an idle link's detection and return."""
     figs = []
     target = sc.get("target_ratio")
+    cls = {l["name"]: l["class"] for l in sc["links"]}
     idle_rtt = {b["name"]: (b.get("idle_rtt") or {}).get("p50_ms") for b in r["links"]}
     implausible = {b["name"]: b.get("idle_rtt_implausible", False) for b in r["links"]}
 
@@ -2031,11 +2105,26 @@ def control_figures(r, sc):
         ratio = a.get("ratio_to_sum_of_baselines") or a.get("ratio_cpu_bound")
         if target and ratio is not None:
             add("goodput_vs_sum_of_baselines", ratio, target, "ratio", ratio >= target, cpu, t)
+        evs = t["events"]
         best = a.get("best_single_link_mbit")
         if best:
-            add("goodput_vs_best_link", round(t["goodput_mbit"] / best, 3), 1.0, "ratio",
-                t["goodput_mbit"] >= best, cpu, t)
-        evs = t["events"]
+            # While every link is up: after links die, the best single link is another one.
+            g, window = t["goodput_mbit"], "the whole transfer"
+            downs = [event_time(e) for e in evs if e["action"] == "down" and not e.get("flap")]
+            if downs:
+                fine = [(x["t"], x["mbit"]) for x in t.get("goodput_fine", [])]
+                before = goodput_between(fine, t.get("flow_start_s", 0), min(downs))
+                if before is not None:
+                    g, window = round(before, 3), "the flow's start to the first outage"
+            add("goodput_vs_best_link", round(g / best, 3), 1.0, "ratio", g >= best, cpu, t,
+                goodput_mbit=g, window=window,
+                note="best of the primary and overflow links" if "backup" in cls.values() else None)
+        for n in (n for n, c in cls.items() if c == "backup"):
+            share = share_before_outage(t, n)
+            if share is not None:
+                add(f"backup_share_{n}", share, USED_SHARE, "ratio", share <= USED_SHARE, cpu, t, bound="max",
+                    note="the backup's share of the wire bytes while the primaries were up "
+                         "(probes and report copies; data only while no primary is up)")
         first_change = min((event_time(e, d) for e in evs), default=t["seconds"])
         never = "not within 10 points of the steady shares until the window's end"
         conv, det = split_settled(t, t.get("flow_start_s", 0), first_change)
@@ -2079,14 +2168,41 @@ def control_figures(r, sc):
                 add(f"link_return_{f['link']}_s", f["return_s"], 3, "s", f["return_s"] is not None and f["return_s"] <= 3,
                     cpu, t, status=("cpu-bound" if cpu else "FAIL") if f["return_s"] is None else None,
                     link_up_again_s=f["link_up_again_s"])
+    for n, c in r.get("idle_cost", {}).items():
+        standby = c["class"] in STANDBY_CLASSES
+        add(f"idle_link_bytes_per_s_{n}", c["bytes_per_s"], IDLE_STANDBY_BYTES_LIMIT if standby else None, "bytes/s",
+            c["bytes_per_s"] <= IDLE_STANDBY_BYTES_LIMIT, status=None if standby else "info", bound="max",
+            link_class=c["class"], gb_per_30_days=c["gb_per_30_days"],
+            note="both ways on the wire, the bond idle (a metered line bills it)")
     for o in r.get("idle_outages", []):
         ok = o["detect_s"] is not None
-        add(f"idle_link_detect_{o['link']}_s", o["detect_s"], 1, "s", ok and o["detect_s"] <= 1,
-            status=None if ok else "FAIL", scrape_interval_s=o["scrape_interval_s"])
+        # An idle standby link is probed every probe.standby_interval: its first missed
+        # answer has it probed at the probe interval, and down_after (0.6 s) later it is
+        # found down. The issue's 1 s is for the bond's working links.
+        standby = cls.get(o["link"]) in STANDBY_CLASSES
+        limit = STANDBY_PROBE_S + 1 if standby else 1
+        add(f"idle_link_detect_{o['link']}_s", o["detect_s"], limit, "s", ok and o["detect_s"] <= limit,
+            status=None if ok else "FAIL", scrape_interval_s=o["scrape_interval_s"],
+            note=f"a {cls[o['link']]} link, probed every {STANDBY_PROBE_S:g} s while idle" if standby else None)
         ok = o["return_s"] is not None
         add(f"idle_link_return_{o['link']}_s", o["return_s"], 3, "s", ok and o["return_s"] <= 3,
             status=None if ok else "FAIL", tx_rising_s=o.get("tx_rising_s"))
     return figs
+
+
+def share_before_outage(t, name):
+    """Link name's share of the wire bytes in transfer t from the flow's start to the
+    first scheduled outage (or the end)."""
+    evs = [event_time(e) for e in t["events"] if e["action"] == "down" and not e.get("flap")]
+    t_from, t_to = t.get("flow_start_s", 0), min(evs, default=t["seconds"])
+    tot = mine = 0.0
+    for x in t["series"]:
+        dt = x.get("dt") or SAMPLE_S
+        if x["t"] - dt < t_from or x["t"] > t_to:
+            continue
+        tot += sum(x["links_mbit"].values()) * dt
+        mine += x["links_mbit"].get(name, 0) * dt
+    return round(mine / tot, 4) if tot > 0 else None
 
 
 def enforced_figures(sc):
@@ -2150,7 +2266,8 @@ def print_summary(r):
     log(f"    must-show figures (issue #6; enforced: {', '.join(enf.get('figures') or []) or 'none'}, "
         f"from {enf.get('source', '?')}):")
     for f in r.get("must_show", []):
-        lim = "" if f["limit"] is None else (f"<= {f['limit']}" if f["unit"] in ("s", "ms") else f">= {f['limit']}")
+        upper = f.get("bound", "max" if f["unit"] in ("s", "ms") else "min") == "max"
+        lim = "" if f["limit"] is None else (f"<= {f['limit']}" if upper else f">= {f['limit']}")
         st = f["status"] + ("" if f["status"] != "FAIL" else (" (enforced)" if f.get("enforced") else " (not enforced)"))
         log(f"    {st:>20}  {f['name']} [{f['transfer']}]: {fmt_value(f)}" + (f" (want {lim})" if lim else ""))
     for k, v in r["checks"].items():
