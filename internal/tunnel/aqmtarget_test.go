@@ -20,8 +20,9 @@ func TestAQMTargetCoversTheSlowestLink(t *testing.T) {
 	}{
 		{"fast links: the configured target", []sched.LinkParams{link(10e6, true, sched.ClassPrimary), link(30e6, true, sched.ClassPrimary)}, 10 * time.Millisecond},
 		{"a 0.2 Mbit/s ADSL upstream: 60 ms", []sched.LinkParams{link(0.2e6, true, sched.ClassPrimary), link(1.5e6, true, sched.ClassPrimary)}, 60 * time.Millisecond},
-		{"slower than 120 kbit/s: capped", []sched.LinkParams{link(50e3, true, sched.ClassPrimary)}, 100 * time.Millisecond},
-		{"a slow link that is down does not count", []sched.LinkParams{link(0.2e6, false, sched.ClassPrimary), link(10e6, true, sched.ClassPrimary)}, 10 * time.Millisecond},
+		{"slower than 120 kbit/s: capped", []sched.LinkParams{link(50e3, true, sched.ClassPrimary), link(10e6, true, sched.ClassPrimary)}, 100 * time.Millisecond},
+		{"a slow link that is down does not count", []sched.LinkParams{link(0.2e6, false, sched.ClassPrimary), link(10e6, true, sched.ClassPrimary), link(10e6, true, sched.ClassPrimary)}, 10 * time.Millisecond},
+		{"a lone usable link: the whole budget", []sched.LinkParams{link(10e6, false, sched.ClassPrimary), link(2e6, true, sched.ClassBackup)}, 100 * time.Millisecond},
 		{"nor a slow overflow link", []sched.LinkParams{link(0.2e6, true, sched.ClassOverflow), link(10e6, true, sched.ClassPrimary)}, 10 * time.Millisecond},
 	}
 	for _, c := range cases {
