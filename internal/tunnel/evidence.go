@@ -26,15 +26,20 @@ func evidenceLinks(links map[uint8]*link) []uint8 {
 	return ids
 }
 
-// evidenceGone takes a link found down out of the set, and resolves what that allows.
-func (s *Session) evidenceGone(l *link) {
+// linkDown does what a link that just went down needs, whatever found it down (its
+// silence, the peer's reports, its uplink going offline): the resequencer stops waiting
+// for its evidence, and its share and lost packets move (reassign). It returns how many
+// sequence numbers the loss notice names.
+func (s *Session) linkDown(l *link) int {
 	l.noEvidence.Store(true)
 	s.resetEvidence()
+	return s.reassign(l)
 }
 
-// evidenceBack puts a link heard from again back into the set.
+// evidenceBack puts link l back into the set if it was out: called for every packet
+// heard on it, so the common case is one atomic load.
 func (s *Session) evidenceBack(l *link) {
-	if l.noEvidence.CompareAndSwap(true, false) {
+	if l.noEvidence.Load() && l.noEvidence.CompareAndSwap(true, false) {
 		s.resetEvidence()
 	}
 }

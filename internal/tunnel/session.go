@@ -509,9 +509,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 		s.schedDue.Store(true) // the kernel must send with the confirmed keys too
 	}
 	s.follow(l, from)
-	if l.noEvidence.Load() {
-		s.evidenceBack(l) // before its data reaches the resequencer
-	}
+	s.evidenceBack(l) // before its data reaches the resequencer
 	l.m.rxPackets.Inc()
 	l.m.rxBytes.Add(float64(len(pkt) + 28))
 	if h.Type == wire.TypeData {
@@ -761,8 +759,7 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 	case stateSuspect:
 		l.log.Warn("link suspect: copying its traffic to another link", "cause", cause.String())
 	case stateDown:
-		s.evidenceGone(l)
-		noticed := s.reassign(l)
+		noticed := s.linkDown(l)
 		l.log.Warn("link down", "cause", cause.String(), "down_after", s.cfg.DownAfter, "loss_notice_seqs", noticed)
 	}
 	s.schedDue.Store(true)

@@ -214,7 +214,7 @@ func (s *Session) setLinkOffline(id uint8, offline bool, cause string) {
 		l.log.Info("link offline", "cause", cause, "was", was)
 		return
 	}
-	noticed := s.reassign(l)
+	noticed := s.linkDown(l)
 	l.log.Warn("link down", "cause", cause, "loss_notice_seqs", noticed)
 }
 

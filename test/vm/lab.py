@@ -547,9 +547,6 @@ class Topology:
 
     def set_down_together(self, names, down, dirs=("up", "down")):
         """set_down for several links at the same moment: one thread per link namespace."""
-        if len(names) == 1:
-            self.set_down(names[0], down, dirs)
-            return
         errs = []
 
         def one(n):
@@ -2110,10 +2107,10 @@ def control_figures(r, sc):
         if best:
             # While every link is up: after links die, the best single link is another one.
             g, window = t["goodput_mbit"], "the whole transfer"
-            downs = [event_time(e) for e in evs if e["action"] == "down" and not e.get("flap")]
-            if downs:
+            outage = first_outage(t)
+            if outage is not None:
                 fine = [(x["t"], x["mbit"]) for x in t.get("goodput_fine", [])]
-                before = goodput_between(fine, t.get("flow_start_s", 0), min(downs))
+                before = goodput_between(fine, t.get("flow_start_s", 0), outage)
                 if before is not None:
                     g, window = round(before, 3), "the flow's start to the first outage"
             add("goodput_vs_best_link", round(g / best, 3), 1.0, "ratio", g >= best, cpu, t,
@@ -2190,11 +2187,16 @@ def control_figures(r, sc):
     return figs
 
 
+def first_outage(t):
+    """When the first scheduled outage of transfer t took effect (flaps aside), or None."""
+    return min((event_time(e) for e in t["events"] if e["action"] == "down" and not e.get("flap")), default=None)
+
+
 def share_before_outage(t, name):
     """Link name's share of the wire bytes in transfer t from the flow's start to the
     first scheduled outage (or the end)."""
-    evs = [event_time(e) for e in t["events"] if e["action"] == "down" and not e.get("flap")]
-    t_from, t_to = t.get("flow_start_s", 0), min(evs, default=t["seconds"])
+    outage = first_outage(t)
+    t_from, t_to = t.get("flow_start_s", 0), t["seconds"] if outage is None else outage
     tot = mine = 0.0
     for x in t["series"]:
         dt = x.get("dt") or SAMPLE_S
