@@ -157,21 +157,44 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 			most = max(most, smp.Queue)
 		}
 	}
+	if delivering == 0 {
+		oweTogether(links)
+	}
 	bondLoaded := bondLoaded(periods)
 	for _, p := range periods {
 		p.smp.LeastQueue, p.smp.MostQueue, p.smp.BondLoaded = max(least, 0), most, bondLoaded
 		p.l.estimate(p.smp)
 	}
-	// A report that shows a busy link's data stopped arriving acts now, not at the
-	// next tick (quiet.go).
+	// A report that shows a busy link's data stopped arriving, or owed on it, acts now,
+	// not at the next tick (quiet.go).
 	for _, fl := range links {
-		if fl != nil && fl.quietReports() > 0 {
+		if fl != nil && (fl.quietReports() > 0 || fl.owes()) {
 			s.checkLinkHealth(fl, now)
 		}
 	}
 	s.bondQueue.Store(int64(max(least, 0)))
 	s.bondQueueGen.Add(1)
 	s.schedDue.Store(true)
+}
+
+// oweTogether handles a report that showed nothing new on any link: if the links
+// together owed togetherPackets or more, each that owed anything owes
+// (quietWatch.oweTogether).
+func oweTogether(links []*link) {
+	var total uint32
+	for _, l := range links {
+		if l != nil {
+			total += l.behind()
+		}
+	}
+	if total < togetherPackets {
+		return
+	}
+	for _, l := range links {
+		if l != nil {
+			l.oweTogether()
+		}
+	}
 }
 
 // bondLoaded tells whether every link that carried data in these samples (at least

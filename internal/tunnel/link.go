@@ -53,6 +53,9 @@ type link struct {
 	mu        sync.Mutex
 	lastReply time.Time
 	lastProbe time.Time // when the tick last probed the link (probeDue)
+	// awaiting is when the first probe still unanswered went out: the first one the
+	// tick sent after the link's last sign (missedProbe).
+	awaiting time.Time
 	// unit is how often the link is probed while idle and the unit its silence is
 	// judged in (Session.probeUnit; 0 before the first tick: the probe interval);
 	// unitShrunk is when it last became shorter (setUnit). lastSent is when the tick
@@ -295,6 +298,18 @@ func (l *link) onReply(now time.Time, rtt time.Duration) (was linkState) {
 // report could be a verdict (the flow stalled right away), is suspect after half the
 // suspicion time of silence and down after all of it. A suspect link the peer reports
 // data from again is up.
+//
+// Owing is shared (Session.onFeedback, quietWatch.oweTogether), and so is the doubt: a
+// link that owes data is suspect after a third of the suspicion time and the margin of
+// silence (120 ms at the defaults: the report that owed already showed a whole report
+// period without its data), and while another link owes, a link that misses the
+// answer to a probe is suspect as well. So is a primary silent as long as an owing
+// link while the peer copies what it sends (it has a link in doubt itself). Primaries
+// that die together then have their traffic copied to a standby link before a TCP
+// flow's first retransmission timer fires, not after it, by both ends: the sender of a
+// flow from what it owes, its receiver, whose ACKs owe next to nothing, from the
+// sender's copies. A healthy link in doubt only for its flow's stall answers its
+// probe within its RTT, and is up again at the next tick.
 // It returns the new state, whether it changed, and why.
 func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration) (state linkState, changed bool, cause healthCause) {
 	l.mu.Lock()
@@ -312,11 +327,11 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 	suspectAfter = max(suspectAfter, time.Duration(3*l.rttNs))
 	downAfter = max(downAfter, 2*suspectAfter)
 	quiet := l.quiet.reports
-	// A link that owes data and has been silent for half the suspicion time is in
-	// doubt already: its packets get copies from then on (a TCP flow that stalled
+	// A link that owes data and has been silent for a third of the suspicion time is
+	// in doubt already: its packets get copies from then on (a TCP flow that stalled
 	// behind its gap retransmits on its timer, and that retransmission must not be
-	// lost again).
-	owedSilence := l.quiet.owing && !l.quiet.othersSilent && silent > suspectAfter/2
+	// lost again). So are the others the doubt takes in (doubtAround).
+	owedSilence, owedCause := l.doubtAround(now, silent, suspectAfter)
 	old := l.state
 	switch {
 	case old.inSchedule() && silent > downAfter:
@@ -330,7 +345,7 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 		cause = causeReportsAndSilence
 	case old.inSchedule() && owedSilence && silent > suspectAfter:
 		l.setState(stateDown)
-		cause = causeOwedAndSilence
+		cause = owedCause
 	case old == stateUp && silent > suspectAfter:
 		l.setState(stateSuspect)
 		cause = causeSilence
@@ -339,7 +354,7 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 		cause = causeReports
 	case old == stateUp && owedSilence:
 		l.setState(stateSuspect)
-		cause = causeOwedAndSilence
+		cause = owedCause
 	case old == stateSuspect && silent <= suspectAfter && quiet == 0 && !owedSilence:
 		l.setState(stateUp) // the peer reports our data arriving again
 	}
@@ -347,6 +362,32 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 		l.quiet.reset(l.txPkts.Load())
 	}
 	return l.state, l.state != old, cause
+}
+
+// doubtAround tells whether a link silent for silent is in doubt, from what the
+// others show: it owes data itself, and a third of the suspicion time and the margin
+// have passed; or the peer copies what it sends, likewise; or another link owes data and
+// this one missed the answer to a probe. Never when every other link is silent too: the
+// peer or the path stalled then, not a link. Caller holds mu.
+func (l *link) doubtAround(now time.Time, silent, suspectAfter time.Duration) (bool, healthCause) {
+	long := silent > suspectAfter/3+quietMargin
+	switch {
+	case l.quiet.othersSilent:
+		return false, 0
+	case l.quiet.owing && long:
+		return true, causeOwedAndSilence
+	case l.quiet.peerCopies && long:
+		return true, causePeerCopies
+	case l.quiet.othersOwe && l.missedProbeLocked(now):
+		return true, causeMissedInDoubt
+	}
+	return false, 0
+}
+
+// missedProbeLocked reports whether a probe sent since the link's last sign has gone
+// unanswered for longer than its smoothed RTT and the margin. Caller holds mu.
+func (l *link) missedProbeLocked(now time.Time) bool {
+	return l.awaiting.After(l.lastSignLocked()) && now.Sub(l.awaiting) > time.Duration(l.rttNs)+quietMargin
 }
 
 // sentLinkSeq is the link sequence number of the last data packet sent on the link.
@@ -380,6 +421,8 @@ const (
 	causeReports                              // the peer's reports show its data stopped arriving
 	causeReportsAndSilence                    // both, the probes for the suspicion time
 	causeOwedAndSilence                       // silence while data sent an RTT before has not arrived
+	causePeerCopies                           // silence while the peer copies what it sends
+	causeMissedInDoubt                        // a probe unanswered while another link owes data
 )
 
 func (c healthCause) String() string {
@@ -388,6 +431,8 @@ func (c healthCause) String() string {
 		"the peer's reports show data sent on it stopped arriving",
 		"the peer's reports show data sent on it stopped arriving, and probe replies stopped",
 		"no sign of life, and the peer's reports show data sent on it an RTT before has not arrived",
+		"no sign of life, and the peer copies what it sends: it has a link in doubt",
+		"a probe went unanswered while another link owes data",
 	}[c]
 }
 
@@ -647,7 +692,25 @@ func (l *link) probeDue(now time.Time, interval time.Duration, doubt bool) bool 
 		return false
 	}
 	l.lastProbe = now
+	if !l.awaiting.After(l.lastSignLocked()) {
+		l.awaiting = now
+	}
 	return true
+}
+
+// oweTogether: the peer's last report showed nothing new on any link while they
+// together owed data (quietWatch.oweTogether).
+func (l *link) oweTogether() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.quiet.oweTogether()
+}
+
+// behind is how many packets the peer's last report owed on the link.
+func (l *link) behind() uint32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.quiet.behind
 }
 
 // owes reports whether the peer's last report found data owed on the link.

@@ -37,6 +37,14 @@ const busyQuietPackets = 8
 // RTT after a death.)
 const owingPackets = busyQuietPackets / 2
 
+// togetherPackets is how many packets the links must owe together, in a report that
+// shows nothing new on any of them, for each that owes any to owe (oweTogether). Two:
+// behind a bond whose AQM keeps the queues short, the lab's upstream TCP flow had one
+// packet sent before the report's cutoff on each of its two primaries when they died.
+// The silence that must follow keeps a lost packet or two on healthy links from
+// counting: they answer their probes.
+const togetherPackets = 2
+
 // quietMargin is added to the link's smoothed RTT when judging which packets a report
 // should cover: the time for the peer's report period to close on them and for jitter.
 const quietMargin = 20 * time.Millisecond
@@ -51,9 +59,11 @@ const maxQuietMargin = 500 * time.Millisecond
 const quietLapse = 5
 
 // sentMarks is how many snapshots of a link's sent-packet count are kept, one per tick
-// and per report: with the default 100-ms probe interval about 1.6 s of history, more
-// than any RTT the margin would reach back over (a longer one is left to the probes).
-const sentMarks = 32
+// and per report, and one more per report while the link is in doubt (its health is
+// checked at once): with the default 100-ms probe interval 1.6 s of history at least,
+// more than any RTT the margin would reach back over (a longer one is left to the
+// probes).
+const sentMarks = 48
 
 // sentMark is how many data packets had been sent on a link at a time, and the link
 // sequence number of the last one.
@@ -79,9 +89,20 @@ type quietWatch struct {
 	// verdict. (The peer's highest number, unlike confirmed, also covers a flow's
 	// last packets once they arrived, and passes over old losses.)
 	owing bool
+	// behind: how many packets the last report owed on the link, that is how far its
+	// highest link sequence number received lay behind the last one sent before its
+	// cutoff, when it showed nothing new on the link (0 otherwise). Below
+	// owingPackets it makes the link owe only together with the others (oweTogether).
+	behind uint32
 	// othersSilent: no other link of the session has shown a sign of life lately
 	// (set by the session each tick); owing then says nothing about this link.
 	othersSilent bool
+	// othersOwe: another link of the session owes data (set by the session each tick);
+	// this one is then in doubt too if it misses the answer to a probe (link.checkHealth).
+	othersOwe bool
+	// peerCopies: the peer copies what it sends, so it has a link in doubt (set by the
+	// session each tick); this one is then in doubt after a shorter silence.
+	peerCopies bool
 }
 
 // mark records the link's sent-packet count and last link sequence number at now.
@@ -125,14 +146,18 @@ func (q *quietWatch) markBy(cutoff time.Time) (sentMark, bool) {
 // reports in a row end a suspicion: an idle link's silence says nothing.
 func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, progress, othersDelivered bool, highest uint32) (owed uint64) {
 	if progress {
-		q.reports, q.idle, q.owing = 0, 0, false
+		q.reports, q.idle, q.owing, q.behind = 0, 0, false, 0
 		if sent, ok := q.sentBy(delivered); ok {
 			q.confirmed = max(q.confirmed, sent)
 		}
 		return 0
 	}
 	m, ok := q.markBy(cutoff)
-	q.owing = ok && wire.SeqDiff(m.linkSeq, highest) >= owingPackets
+	q.behind = 0
+	if d := wire.SeqDiff(m.linkSeq, highest); ok && d > 0 {
+		q.behind = uint32(d)
+	}
+	q.owing = q.behind >= owingPackets
 	sent := m.pkts
 	before, okBefore := q.sentBy(cutoff.Add(-span))
 	if !ok || !okBefore {
@@ -158,10 +183,25 @@ func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, p
 	return sent - q.confirmed
 }
 
+// oweTogether makes the link owe data if the last report owed anything on it: the
+// session calls it when that report showed nothing new on any link while the links
+// together owed togetherPackets or more. When the primaries die together, a TCP flow
+// through a bond whose AQM keeps the queues short has only a few packets in flight
+// on each (one or two on each of the lab's ADSL and cable lines), and no link alone
+// owed enough to be in doubt before the probes' silence made it suspect, 300 ms after
+// the death: just after the flow's first retransmission timer had fired, so its
+// retransmission was lost too (the standby scenario's TCP flow stalled for 0.8 s, and
+// came back with its slow-start threshold at two packets).
+func (q *quietWatch) oweTogether() {
+	if q.behind > 0 {
+		q.owing = true
+	}
+}
+
 // reset forgets what was owed when the link leaves the schedule: its packets now go
 // elsewhere, and a returning link starts with a clean slate.
 func (q *quietWatch) reset(sentNow uint64) {
-	q.confirmed, q.reports, q.idle, q.owing = sentNow, 0, 0, false
+	q.confirmed, q.reports, q.idle, q.owing, q.behind = sentNow, 0, 0, false, 0
 }
 
 // quietCutoff is the latest send time whose packets a report arriving at now should

@@ -97,6 +97,9 @@ type Session struct {
 	bondQueue atomic.Int64
 	// bondQueueGen counts the updates of bondQueue (the AQM acts once per measure).
 	bondQueueGen atomic.Uint64
+	// peerCopied is when (clock.Nanos) the last authenticated copy (FlagDuplicate)
+	// arrived from the peer: it has a link in doubt (markDoubt).
+	peerCopied atomic.Int64
 	// feedbackMu orders FEEDBACK handling; lastFeedback is the peer's timestamp of the
 	// newest one taken (haveFeedback: any yet).
 	feedbackMu   sync.Mutex
@@ -479,6 +482,9 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 	if !auth.Verify(k.recv, pkt) {
 		return wire.ReasonBadTag, false
 	}
+	if h.Type == wire.TypeData && h.Duplicate() {
+		s.peerCopied.Store(clock.Nanos())
+	}
 	l := s.link(h.LinkID)
 	if l == nil {
 		l = s.learnLink(h.LinkID)
@@ -674,7 +680,7 @@ func (s *Session) tick(now time.Time) {
 		l.setUnit(s.probeUnit(l, now, primaryUp), now)
 	}
 	s.markSilentPeers(links, now)
-	doubt := slices.ContainsFunc(links, (*link).owes)
+	doubt := markDoubt(links, s.peerCopies())
 	for _, l := range links {
 		if l.probeDue(now, s.cfg.Probe, doubt) {
 			s.sendProbe(l, 0)
@@ -744,6 +750,45 @@ func (s *Session) markSilentPeers(links []*link, now time.Time) {
 		l.quiet.othersSilent = others == 0
 		l.mu.Unlock()
 	}
+}
+
+// peerDoubtSpan is for how many probe intervals a copy from the peer puts our primaries
+// in doubt: a peer with a link in doubt copies every packet it sends on it.
+const peerDoubtSpan = 2
+
+// peerCopies reports whether a copy came from the peer within the last peerDoubtSpan
+// probe intervals.
+func (s *Session) peerCopies() bool {
+	at := s.peerCopied.Load()
+	return at != 0 && clock.Nanos()-at < int64(peerDoubtSpan*s.cfg.Probe)
+}
+
+// markDoubt tells each primary link whether another link of the session owes data,
+// and whether the peer copies what it sends (peerCopies: it has a link in doubt), for
+// link.checkHealth; it reports whether either holds (every link is probed every
+// interval then, link.probeDue). A standby link is left to its
+// own probes: it is where a suspect primary's copies go, and a reply of its delayed
+// behind them must not send them back to the primaries.
+func markDoubt(links []*link, peerCopies bool) (doubt bool) {
+	owing := 0
+	owes := make([]bool, len(links))
+	for i, l := range links {
+		if owes[i] = l.owes(); owes[i] {
+			owing++
+		}
+	}
+	for i, l := range links {
+		others := owing
+		if owes[i] {
+			others--
+		}
+		standby := l.isStandby()
+		l.mu.Lock()
+		l.quiet.othersOwe = others > 0 && !standby
+		l.quiet.peerCopies = peerCopies && !standby
+		l.mu.Unlock()
+	}
+	return owing > 0 || peerCopies
 }
 
 // checkLinkHealth moves l through its health states (link.checkHealth) and acts on a

@@ -1,0 +1,242 @@
+package tunnel
+
+import (
+	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/sched"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// togetherRig drives a session of two primaries and an idle backup with explicit
+// times, at the default probe interval: the peer's reports every 100 ms and the
+// session's ticks halfway between them, as the daemon runs them. Every link has an RTT
+// of 50 ms: a probe is answered at the next step.
+type togetherRig struct {
+	t       *testing.T
+	s       *Session
+	dsl     *link
+	cable   *link
+	lte     *link
+	t0      time.Time
+	now     time.Duration
+	rx      map[*link]uint32        // packets the peer has reported, per link
+	peer    uint32                  // the reports' own timestamps, µs
+	suspect map[*link]time.Duration // when each primary went suspect (or down)
+	probed  map[*link]bool          // probed at the last tick
+	// peerCopies: the peer copies what it sends (Session.peerCopies).
+	peerCopies bool
+}
+
+func newTogetherRig(t *testing.T) *togetherRig {
+	cfg := testSession()
+	cfg.Probe, cfg.DownAfter = 100*time.Millisecond, 600*time.Millisecond
+	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	send := func(*link, []byte) error { return nil }
+	r := &togetherRig{t: t, s: s, t0: time.Unix(1000, 0), rx: map[*link]uint32{},
+		suspect: map[*link]time.Duration{}, probed: map[*link]bool{}}
+	r.dsl = s.addLink(LinkSpec{ID: 0, Name: "dsl", TxRate: 2e6}, send)
+	r.cable = s.addLink(LinkSpec{ID: 1, Name: "cable", TxRate: 10e6}, send)
+	r.lte = s.addLink(LinkSpec{ID: 2, Name: "lte", Class: sched.ClassBackup}, send)
+	for _, l := range s.allLinks() {
+		l.onReply(r.t0, 50*time.Millisecond)
+		l.setState(stateUp)
+	}
+	return r
+}
+
+// perLink is a packet count for each primary.
+type perLink struct{ dsl, cable uint32 }
+
+func (p perLink) of(r *togetherRig, l *link) uint32 {
+	switch l {
+	case r.dsl:
+		return p.dsl
+	case r.cable:
+		return p.cable
+	}
+	return 0
+}
+
+// both is the same count on each primary.
+func both(n uint32) perLink { return perLink{n, n} }
+
+// step advances 50 ms. sent packets go out on the primaries; the links that are alive
+// answer the probes of the last tick; then either the peer's report, with arrived new
+// packets on each (in order, so the highest link number is their count), or a tick:
+// probes, health.
+func (r *togetherRig) step(sent, arrived perLink, alive ...*link) {
+	r.now += 50 * time.Millisecond
+	at := r.t0.Add(r.now)
+	for _, l := range []*link{r.dsl, r.cable} {
+		l.txPkts.Add(uint64(sent.of(r, l)))
+		l.txLinkSeq.Add(sent.of(r, l))
+	}
+	for _, l := range alive {
+		if r.probed[l] {
+			l.onReply(at, 50*time.Millisecond)
+		}
+	}
+	clear(r.probed)
+	if r.now%(100*time.Millisecond) == 0 {
+		body := wire.FeedbackBody{Counter: uint64(r.now / time.Millisecond)}
+		for _, l := range r.s.allLinks() {
+			r.rx[l] += arrived.of(r, l)
+			body.Links = append(body.Links, wire.LinkReport{LinkID: l.spec.ID, RxPackets: r.rx[l],
+				RxBytes: uint64(r.rx[l]) * 1500, HighestLinkSeq: r.rx[l]})
+		}
+		r.peer += 100000
+		r.s.onFeedback(at, r.peer, body)
+	} else {
+		links := r.s.allLinks()
+		r.s.markSilentPeers(links, at)
+		doubt := markDoubt(links, r.peerCopies)
+		for _, l := range links {
+			r.probed[l] = l.probeDue(at, r.s.cfg.Probe, doubt)
+		}
+		for _, l := range links {
+			r.s.checkLinkHealth(l, at)
+		}
+	}
+	for _, l := range []*link{r.dsl, r.cable} {
+		l.mu.Lock()
+		doubted := l.state != stateUp
+		l.mu.Unlock()
+		if _, seen := r.suspect[l]; !seen && doubted {
+			r.suspect[l] = r.now
+		}
+	}
+}
+
+// When the primaries die together, a flow kept to a short queue may have only one
+// packet in flight on each: no link alone owes enough to be in doubt, but together
+// they do, and the idle backup still answers. Both are suspect (their traffic copied
+// to the backup) within a report period and a tick or two of the death, well before
+// the 300 ms of probe silence that alone took them suspect, and that a TCP flow's
+// first retransmission timer beat.
+func TestPrimariesThatDieTogetherAreSuspectSoon(t *testing.T) {
+	r := newTogetherRig(t)
+	for range 20 { // a second of a flow, all arriving
+		r.step(both(1), both(2), r.dsl, r.cable, r.lte)
+	}
+	died := r.now
+	r.step(both(1), both(0), r.lte) // the last packets, sent into the death; then the flow stalls
+	for r.now-died < 400*time.Millisecond {
+		r.step(both(0), both(0), r.lte)
+	}
+	for _, l := range []*link{r.dsl, r.cable} {
+		at, ok := r.suspect[l]
+		if !ok {
+			t.Fatalf("%s: not suspect 400 ms after the primaries died together", l.spec.Name)
+		}
+		if took := at - died; took >= 300*time.Millisecond {
+			t.Errorf("%s: suspect %v after the primaries died together, with the backup answering; want before the probes' 300 ms",
+				l.spec.Name, took)
+		}
+	}
+}
+
+// While one link owes data, another that answers its probes is not suspected with it:
+// only a missed answer puts it in doubt.
+func TestDoubtSparesALinkThatAnswers(t *testing.T) {
+	r := newTogetherRig(t)
+	for range 20 {
+		r.step(both(1), both(2), r.dsl, r.cable, r.lte)
+	}
+	// dsl dies with five packets on their way; cable lives, but the flow stalls behind
+	// dsl's gap, so it carries nothing more: its reports show nothing new either.
+	died := r.now
+	r.step(perLink{dsl: 5}, perLink{}, r.cable, r.lte)
+	for r.now-died < time.Second {
+		r.step(perLink{}, perLink{}, r.cable, r.lte)
+	}
+	if _, ok := r.suspect[r.dsl]; !ok {
+		t.Errorf("dsl died owing data and was never suspected")
+	}
+	if at, ok := r.suspect[r.cable]; ok {
+		t.Errorf("cable answered every probe, yet went suspect %v after dsl died", at-died)
+	}
+}
+
+// While one link owes data, another that carried nothing since and misses the answer
+// to its probe is suspect with it, before the probes' own silence would say so: the
+// headend's ACK links when the primaries die together under an upstream flow (the ACKs
+// stop with the data, so they owe nothing).
+func TestDoubtTakesInALinkThatMissesAnAnswer(t *testing.T) {
+	r := newTogetherRig(t)
+	for range 19 {
+		r.step(both(1), both(2), r.dsl, r.cable, r.lte)
+	}
+	// Both die just after a report: it shows all of cable's data arrived, and none of
+	// the five packets dsl sent since.
+	r.step(perLink{dsl: 5}, both(2), r.dsl, r.cable, r.lte)
+	died := r.now
+	for r.now-died < 400*time.Millisecond {
+		r.step(perLink{}, perLink{}, r.lte)
+	}
+	at, ok := r.suspect[r.cable]
+	if !ok {
+		t.Fatalf("cable: not suspect 400 ms after it died beside dsl, which owes data")
+	}
+	if took := at - died; took >= 300*time.Millisecond {
+		t.Errorf("cable: suspect %v after it died beside dsl, which owes data; want before the probes' 300 ms", took)
+	}
+}
+
+// The receiver of a flow sends only its ACKs on the primaries, and when they die
+// together those owe next to nothing. The flow's sender copies its packets to the
+// backup as soon as it doubts its primaries: the copies put the receiver's primaries
+// in doubt too, so that the ACK of the first retransmission is copied to the backup
+// and not lost on a dead primary.
+func TestPeerCopiesPutSilentPrimariesInDoubt(t *testing.T) {
+	r := newTogetherRig(t)
+	for range 20 {
+		r.step(both(1), both(2), r.dsl, r.cable, r.lte)
+	}
+	died := r.now
+	for r.now-died < 400*time.Millisecond {
+		// The sender doubts its primaries from its first report that shows them quiet.
+		r.peerCopies = r.now-died >= 150*time.Millisecond
+		r.step(perLink{}, perLink{}, r.lte)
+	}
+	for _, l := range []*link{r.dsl, r.cable} {
+		at, ok := r.suspect[l]
+		if !ok {
+			t.Fatalf("%s: not suspect 400 ms after it died, with the peer copying from 150 ms", l.spec.Name)
+		}
+		if took := at - died; took >= 300*time.Millisecond {
+			t.Errorf("%s: suspect %v after it died, with the peer copying from 150 ms; want before the probes' 300 ms", l.spec.Name, took)
+		}
+	}
+}
+
+// The peer's copies reach the session over real sockets: a CPE whose uplink 0 stops
+// carrying data upstream suspects it and copies what it sends on it to uplink 1, and
+// the headend, which receives those copies, counts its peer as copying (markDoubt).
+func TestCopiesTellTheHeadendThatItsPeerIsInDoubt(t *testing.T) {
+	p := newPeer(t, "cpe1", "100.64.0.2")
+	b := newBed(t, p)
+	n := b.startCPE(p, 2, time.Hour)
+	b.waitReady(n)
+	s := b.session(p.name)
+	b.up(n, 20)
+	if s.peerCopies() {
+		t.Fatal("the headend counts its peer as copying before any link is in doubt")
+	}
+	ms := b.mappings(n)
+	b.relay.setHook(func(m *mapping, up bool, pkt []byte) []byte {
+		if up && m == ms[0] && isData(pkt) {
+			return nil // uplink 0 carries nothing upstream
+		}
+		return pkt
+	})
+	defer b.relay.setHook(nil)
+	waitFor(t, "the headend to see the CPE's copies", func() bool {
+		for _, pk := range packets(n.peer.addr, internet, 4) {
+			n.tun.inject(t, pk)
+		}
+		b.heTun.pending()
+		return s.peerCopies()
+	})
+}
