@@ -295,21 +295,20 @@ func (l *link) onReply(now time.Time, rtt time.Duration) (was linkState) {
 // and down at the second, or as soon as its probes have been silent for the suspicion
 // time too: two signals agree (a TCP flow that stalled after its losses may send too
 // little for a second report). A link the last report found owing data, even if no
-// report could be a verdict (the flow stalled right away), is suspect after half the
-// suspicion time of silence and down after all of it. A suspect link the peer reports
-// data from again is up.
+// report could be a verdict (the flow stalled right away), is suspect after a third of
+// the suspicion time and the margin of silence (120 ms at the defaults: the report that
+// owed already showed a whole report period without its data) and down after all of
+// it. A suspect link the peer reports data from again is up.
 //
-// Owing is shared (Session.onFeedback, quietWatch.oweTogether), and so is the doubt: a
-// link that owes data is suspect after a third of the suspicion time and the margin of
-// silence (120 ms at the defaults: the report that owed already showed a whole report
-// period without its data), and while another link owes, a link that misses the
-// answer to a probe is suspect as well. So is a primary silent as long as an owing
-// link while the peer copies what it sends (it has a link in doubt itself). Primaries
-// that die together then have their traffic copied to a standby link before a TCP
-// flow's first retransmission timer fires, not after it, by both ends: the sender of a
-// flow from what it owes, its receiver, whose ACKs owe next to nothing, from the
-// sender's copies. A healthy link in doubt only for its flow's stall answers its
-// probe within its RTT, and is up again at the next tick.
+// Owing is shared (Session.onFeedback, quietWatch.oweTogether), and so is the doubt
+// (doubtAround): while another link owes, a primary that misses the answer to a probe
+// is suspect as well, and so is a primary silent as long as an owing link while the
+// peer copies what it sends (it has a link in doubt itself). Primaries that die
+// together then have their traffic copied to a standby link before a TCP flow's first
+// retransmission timer fires, not after it, by both ends: the sender of a flow from
+// what it owes, its receiver, whose ACKs owe next to nothing, from the sender's copies.
+// A healthy link in doubt only for its flow's stall answers its probe within its RTT,
+// and is up again at the next tick.
 // It returns the new state, whether it changed, and why.
 func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration) (state linkState, changed bool, cause healthCause) {
 	l.mu.Lock()
@@ -797,8 +796,11 @@ func upPrimary(l *link) bool { return l.isUp() && !l.isStandby() }
 func (l *link) isStandby() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.spec.Class >= sched.ClassOverflow
+	return l.isStandbyLocked()
 }
+
+// isStandbyLocked is isStandby for a caller that holds mu.
+func (l *link) isStandbyLocked() bool { return l.spec.Class >= sched.ClassOverflow }
 
 // isSuspect reports whether the link is in doubt.
 func (l *link) isSuspect() bool {

@@ -782,8 +782,8 @@ func markDoubt(links []*link, peerCopies bool) (doubt bool) {
 		if owes[i] {
 			others--
 		}
-		standby := l.isStandby()
 		l.mu.Lock()
+		standby := l.isStandbyLocked()
 		l.quiet.othersOwe = others > 0 && !standby
 		l.quiet.peerCopies = peerCopies && !standby
 		l.mu.Unlock()
