@@ -47,6 +47,7 @@ type Set struct {
 	ReorderLost    *prometheus.CounterVec
 	Duplicates     *prometheus.CounterVec
 	LatePackets    *prometheus.CounterVec
+	LateCopies     *prometheus.CounterVec
 	ReorderSkips   *prometheus.CounterVec
 	AQMDrops       *prometheus.CounterVec
 	SocketDrops    *prometheus.CounterVec
@@ -55,6 +56,7 @@ type Set struct {
 
 	LossNoticeSent     *prometheus.CounterVec
 	LossNoticeReceived *prometheus.CounterVec
+	Rescued            *prometheus.CounterVec
 	UplinkEvents       *prometheus.CounterVec
 
 	FallbackDirect      prometheus.Gauge
@@ -109,6 +111,10 @@ func New() *Set {
 	}
 	s.LossNoticeSent = counterVec("loss_notice_sent_sequences_total", "Sequence numbers named in loss notices sent to the peer because a link went down with them in flight (each notice is sent twice; both count).", []string{"peer"})
 	s.LossNoticeReceived = counterVec("loss_notice_received_sequences_total", "Sequence numbers named in loss notices received from the peer (repeats included).", []string{"peer"})
+	s.Rescued = counterVec("rescued_packets_total", "Data packets a link had in flight when it went into doubt or down, copied to another link "+
+		"under their own sequence numbers (userspace datapath: the kernel fast path keeps no copies of its packets).", []string{"peer"})
+	s.LateCopies = counterVec("reorder_late_copies_delivered_total", "Redundant copies delivered out of order because the resequencer had given their "+
+		"sequence number up before they came (their original was lost): copies of what a link in doubt had in flight come behind later packets.", []string{"peer"})
 	s.UplinkEvents = counterVec("uplink_events_total", "Changes netlink reported on the CPE's uplinks, by kind (carrier_lost, carrier_back, address_added, address_removed, route_changed, created, mtu_changed).", []string{"link", "kind"})
 	s.FallbackDirect = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "aggd", Name: "fallback_direct",
@@ -131,7 +137,7 @@ func New() *Set {
 		s.LinkCapacity, s.LinkQueueDelay, s.LinkInfo, s.LinkMTU,
 		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderSkips, s.AQMDrops, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
-		s.LossNoticeSent, s.LossNoticeReceived, s.UplinkEvents, s.FallbackDirect, s.FallbackTransitions,
+		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.LateCopies, s.UplinkEvents, s.FallbackDirect, s.FallbackTransitions,
 		s.DataUsed, s.DataCap, s.DataCapReached, s.DataPeriodEnd,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

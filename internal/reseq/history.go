@@ -43,3 +43,9 @@ func (h *history) lookup(next, seq uint32) outcome {
 	}
 	return wasSkipped
 }
+
+// markDelivered records that seq, behind next and skipped, was delivered after all
+// (a late copy): another copy of it is a duplicate.
+func (h *history) markDelivered(seq uint32) {
+	h.bits[(seq%historyBits)/64] |= 1 << (seq % 64)
+}

@@ -18,7 +18,8 @@
 // Memory is bounded: when holding one more packet would exceed Config.MaxBytes or
 // Config.MaxPackets, the oldest gaps are skipped and what we have is delivered rather
 // than dropped. Duplicates (redundant copies), late packets (whose sequence number
-// was already given up) and bogus ones (absurdly far ahead) are dropped and counted.
+// was already given up) and bogus ones (absurdly far ahead) are dropped and counted;
+// a late redundant copy is delivered out of order instead (PushCopy).
 //
 // Sequence numbers are uint32 compared in serial arithmetic (RFC 1982), so
 // everything works across the wrap from 0xffffffff to 0.
@@ -62,9 +63,11 @@ type Config struct {
 
 // Stats are cumulative counters, except HeldPackets and HeldBytes which are the
 // current buffer occupancy. Every data packet pushed ends up counted exactly once in
-// Delivered, Duplicates, Late, Stale or Bogus (once nothing is held any more).
+// Delivered, LateCopies, Duplicates, Late, Stale or Bogus (once nothing is held any
+// more).
 type Stats struct {
 	Delivered     uint64 // packets handed to deliver, in order
+	LateCopies    uint64 // copies handed to deliver after their number was skipped (PushCopy)
 	Held          uint64 // of those, how many had to wait in the buffer
 	HoldTimeNsSum uint64 // total time held packets waited, ns
 	Duplicates    uint64 // already delivered or already held: dropped
@@ -194,6 +197,26 @@ func (r *Resequencer) Push(now int64, seq uint32, link uint8, pkt []byte, delive
 	}
 	r.ev.note(link, seq+1, r.next)
 	r.release(deliver)
+}
+
+// PushCopy is Push for a redundant copy, which its sender sent because it doubted the
+// link the original went on. A copy whose number was already given up, and not
+// delivered, is delivered at once, out of order, instead of dropped as late: its
+// original was lost, or is late itself and then dropped as a duplicate, so the content
+// is delivered once, and late is better for TCP than never (a flow that gets it has
+// nothing to retransmit). Its sender may send copies of what a doubted link had in
+// flight some time after the original, under the same number, behind later numbers on
+// another link; such a copy fills the hole if it comes in time, and comes late
+// otherwise.
+func (r *Resequencer) PushCopy(now int64, seq uint32, link uint8, pkt []byte, deliver func([]byte)) {
+	if d := int32(seq - r.next); d < 0 && r.hist.lookup(r.next, seq) == wasSkipped {
+		r.observe(now)
+		deliver(pkt)
+		r.hist.markDelivered(seq)
+		r.stats.LateCopies++
+		return
+	}
+	r.Push(now, seq, link, pkt, deliver)
 }
 
 // Watermark takes a probe's watermark: every data packet below next that was sent on

@@ -206,6 +206,31 @@ func TestDuplicatesAndLateAreToldApart(t *testing.T) {
 	}
 }
 
+// A copy whose number was given up is delivered late, once; a copy of a delivered or
+// held packet is a duplicate, and a late original is still dropped.
+func TestLateCopiesAreDeliveredOnce(t *testing.T) {
+	r, s := newRS(Config{}, 0)
+	r.SetLinks([]uint8{0, 1, 2}) // link 2 is quiet, so only the timer resolves gaps
+	r.SetHold(10 * ms)
+	r.Push(0, 0, 0, pkt(0), s.deliver)
+	r.Push(0, 3, 0, pkt(3), s.deliver)
+	r.Expire(10*ms, s.deliver) // gives up 1 and 2
+	expect(t, "before the copies", s.take(), []uint32{0, 3})
+
+	r.PushCopy(11*ms, 1, 1, pkt(1), s.deliver) // given up: delivered late
+	r.PushCopy(11*ms, 1, 2, pkt(1), s.deliver) // a second copy: duplicate
+	r.Push(11*ms, 1, 0, pkt(1), s.deliver)     // the original after its copy: duplicate
+	r.Push(11*ms, 2, 0, pkt(2), s.deliver)     // a late original: dropped
+	r.PushCopy(11*ms, 2, 1, pkt(2), s.deliver) // its copy after it: delivered
+	r.PushCopy(11*ms, 0, 1, pkt(0), s.deliver) // copy of a delivered packet: duplicate
+	r.PushCopy(11*ms, 4, 1, pkt(4), s.deliver) // a copy in order: as any packet
+	expect(t, "late copies", s.take(), []uint32{1, 2, 4})
+	st := r.Stats()
+	if st.LateCopies != 2 || st.Duplicates != 3 || st.Late != 1 || st.Delivered != 3 {
+		t.Fatalf("stats %+v, want 2 late copies delivered, 3 duplicates, 1 late and 3 delivered in order", st)
+	}
+}
+
 func TestStaleAndBogus(t *testing.T) {
 	r, s := newRS(Config{}, 1000)
 	r.Push(0, 999, 0, pkt(999), s.deliver) // before anything was resolved here

@@ -108,6 +108,16 @@ func (s *Scheduler) Backlog(now int64, id uint8) (int64, bool) {
 	return max(0, l.backlogEnd-now), true
 }
 
+// Charge adds a packet of size bytes sent at now on link id to its virtual backlog:
+// for packets the caller sends on a link of its own choosing (a dead link's packets
+// re-sent elsewhere), so that the next picks see the queue they make. An unknown link
+// is ignored.
+func (s *Scheduler) Charge(id uint8, now int64, size int) {
+	if l := s.find(id); l != nil {
+		s.charge(l, now, size)
+	}
+}
+
 // Pick chooses the link for a packet of size bytes sent at now and charges its
 // virtual backlog. If that link is suspect it also chooses a second link for a
 // duplicate (hasDup) and charges that one too. ok is false when no link is usable.

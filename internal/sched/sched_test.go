@@ -400,3 +400,23 @@ func BenchmarkPick(b *testing.B) {
 		})
 	}
 }
+
+// A packet the caller places itself is charged to that link's backlog only, and the
+// next pick sees it.
+func TestChargeQueuesOnTheNamedLink(t *testing.T) {
+	s := New(Config{})
+	s.SetLinks([]LinkParams{primary(1, 10*mbit, 10*ms), primary(2, 10*mbit, 10*ms)})
+	for range 3 {
+		s.Charge(1, 0, 1000)
+	}
+	s.Charge(9, 0, 1000) // unknown: ignored
+	if b, _ := s.Backlog(0, 1); b != 3*interval(10*mbit, 1000) {
+		t.Errorf("link 1 backlog = %d after three charged packets, want %d", b, 3*interval(10*mbit, 1000))
+	}
+	if b, _ := s.Backlog(0, 2); b != 0 {
+		t.Errorf("link 2 backlog = %d, want 0: nothing was charged to it", b)
+	}
+	if p, _, _, _ := s.Pick(0, 1000); p != 2 {
+		t.Errorf("Pick = link %d, want 2: link 1 is queued with the charged packets", p)
+	}
+}

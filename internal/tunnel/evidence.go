@@ -13,7 +13,8 @@ import (
 // down leaves the set, and comes back into it with the first packet heard on it
 // (the peer's probe, which precedes any data the peer sends there once it finds the
 // link up again), before that packet reaches the resequencer. What a dead link still
-// had on its way when it died is lost, or arrives late and is dropped as such.
+// had on its way when it died is lost, or arrives late and is dropped as such; its
+// copies (rescue.go) are delivered even then.
 
 // evidenceLinks lists the links whose evidence the resequencer waits for.
 func evidenceLinks(links map[uint8]*link) []uint8 {
@@ -28,11 +29,14 @@ func evidenceLinks(links map[uint8]*link) []uint8 {
 
 // linkDown does what a link that just went down needs, whatever found it down (its
 // silence, the peer's reports, its uplink going offline): the resequencer stops waiting
-// for its evidence, and its share and lost packets move (reassign). It returns how many
+// for its evidence, what it had in flight and was not copied yet is copied to another
+// link (rescue.go), and its share and lost packets move (reassign). The copies go
+// before the loss notice on the same link, so they arrive first. It returns how many
 // sequence numbers the loss notice names.
 func (s *Session) linkDown(l *link) int {
 	l.noEvidence.Store(true)
 	s.resetEvidence()
+	s.rescue(l)
 	return s.reassign(l)
 }
 

@@ -108,9 +108,12 @@ type link struct {
 	// source address, so the link stays down whatever stray probe replies say; rebound:
 	// the address the uplink's socket was re-bound to when its address changed
 	// (uplinkevents.go).
-	sent    sentLog
-	offline atomic.Bool
-	rebound atomic.Pointer[netip.AddrPort]
+	sent sentLog
+	// rescuedThrough is the link sequence number up to which the link's packets in
+	// flight were copied to another link (rescue.go). Guarded by the session's txMu.
+	rescuedThrough uint32
+	offline        atomic.Bool
+	rebound        atomic.Pointer[netip.AddrPort]
 	// noEvidence: found down and nothing heard on it since, so the resequencer does
 	// not wait for its FIFO evidence (evidence.go).
 	noEvidence atomic.Bool
@@ -710,6 +713,14 @@ func (l *link) behind() uint32 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.quiet.behind
+}
+
+// healthy reports whether the link is up, not in doubt, owes nothing and has no probe
+// overdue: a place for another link's packets.
+func (l *link) healthy(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == stateUp && !l.quiet.owing && !l.missedProbeLocked(now)
 }
 
 // owes reports whether the peer's last report found data owed on the link.

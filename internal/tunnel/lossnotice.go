@@ -20,8 +20,11 @@ package tunnel
 // bpf/tc_tx.c); a notice then names the packets of both logs, merged in link order.
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/aggd/aggd/internal/clock"
 	"github.com/aggd/aggd/internal/wire"
@@ -37,8 +40,12 @@ const sentLogSize = 4096
 // IPv6 path has (1280), so a notice is never lost to fragmentation.
 const maxNoticeRanges = 200
 
-// SentEntry is one logged data packet: the link and global sequence numbers it carried.
-type SentEntry struct{ LinkSeq, Seq uint32 }
+// SentEntry is one logged data packet: the link and global sequence numbers it
+// carried, and whether it was a copy of a packet sent on another link (rescue.go).
+type SentEntry struct {
+	LinkSeq, Seq uint32
+	Copy         bool
+}
 
 // sentLog is one link's record of recent data packets that had no redundant copy, in
 // the order they were sent, and how far the peer has reported receiving.
@@ -48,12 +55,13 @@ type sentLog struct {
 	acked atomic.Uint32
 }
 
-// record logs one data packet. Caller holds txMu. No allocation after the first call.
-func (g *sentLog) record(linkSeq, seq uint32) {
+// record logs one data packet (a copy: rescue.go). Caller holds txMu. No allocation
+// after the first call.
+func (g *sentLog) record(linkSeq, seq uint32, copy bool) {
 	if g.ring == nil {
 		g.ring = make([]SentEntry, sentLogSize)
 	}
-	g.ring[g.n%sentLogSize] = SentEntry{linkSeq, seq}
+	g.ring[g.n%sentLogSize] = SentEntry{linkSeq, seq, copy}
 	g.n++
 }
 
@@ -74,22 +82,43 @@ func (g *sentLog) ack(linkSeq uint32) {
 // number, as passed, so that the same numbers are not named again. Caller holds txMu.
 func (g *sentLog) takeUnacked(last uint32) (sent []SentEntry, incomplete bool) {
 	acked := g.acked.Load()
-	held := min(g.n, sentLogSize)
-	k := uint64(0)
-	for k < held && wire.SeqAfter(g.ring[(g.n-1-k)%sentLogSize].LinkSeq, acked) {
-		k++
-	}
-	if k == held && g.n > sentLogSize {
+	k := g.countAfter(acked)
+	if k == min(g.n, sentLogSize) && g.n > sentLogSize {
 		// Every entry is unacknowledged and older ones were overwritten: unless the
 		// oldest entry directly follows the report, some packets are not named.
 		incomplete = g.ring[(g.n-k)%sentLogSize].LinkSeq != acked+1
 	}
-	sent = make([]SentEntry, 0, k)
+	sent = g.newest(k)
+	g.ack(last)
+	return sent, incomplete
+}
+
+// after returns the logged packets sent after link sequence number from and after the
+// peer's last report, oldest first, leaving the log as it is. Caller holds txMu.
+func (g *sentLog) after(from uint32) []SentEntry {
+	if acked := g.acked.Load(); wire.SeqAfter(acked, from) {
+		from = acked
+	}
+	return g.newest(g.countAfter(from))
+}
+
+// countAfter counts the newest logged entries whose link sequence number is after from.
+func (g *sentLog) countAfter(from uint32) uint64 {
+	held := min(g.n, sentLogSize)
+	k := uint64(0)
+	for k < held && wire.SeqAfter(g.ring[(g.n-1-k)%sentLogSize].LinkSeq, from) {
+		k++
+	}
+	return k
+}
+
+// newest returns the k newest logged entries, oldest first.
+func (g *sentLog) newest(k uint64) []SentEntry {
+	sent := make([]SentEntry, 0, k)
 	for i := k; i > 0; i-- {
 		sent = append(sent, g.ring[(g.n-i)%sentLogSize])
 	}
-	g.ack(last)
-	return sent, incomplete
+	return sent
 }
 
 // mergeSent merges two logs of one link's packets, each in link order after acked,
@@ -106,11 +135,14 @@ func mergeSent(a, b []SentEntry, acked uint32) []SentEntry {
 	return append(append(out, a...), b...)
 }
 
-// seqsOf returns the global sequence numbers of logged packets, in their order.
+// seqsOf returns the global sequence numbers of logged packets, in their order,
+// leaving out copies: their original may still arrive.
 func seqsOf(sent []SentEntry) []uint32 {
-	seqs := make([]uint32, len(sent))
-	for i, e := range sent {
-		seqs[i] = e.Seq
+	seqs := make([]uint32, 0, len(sent))
+	for _, e := range sent {
+		if !e.Copy {
+			seqs = append(seqs, e.Seq)
+		}
 	}
 	return seqs
 }
@@ -165,12 +197,18 @@ func (s *Session) reassign(l *link) int {
 	if len(seqs) == 0 {
 		return 0
 	}
+	s.noticeLost(seqs)
+	return len(seqs)
+}
+
+// noticeLost tells the peer that the global sequence numbers seqs will never arrive,
+// now and once more at the next tick in case this notice is lost.
+func (s *Session) noticeLost(seqs []uint32) {
 	ranges := seqRanges(seqs)
 	s.sendLossNotice(ranges)
 	s.notices.mu.Lock()
 	s.notices.repeat = append(s.notices.repeat, ranges...)
 	s.notices.mu.Unlock()
-	return len(seqs)
 }
 
 // repeatLossNotices sends the notices of the last tick once more. Resolving a number
@@ -185,11 +223,11 @@ func (s *Session) repeatLossNotices() {
 	}
 }
 
-// sendLossNotice sends ranges on the up link with the lowest RTT, in as many messages
-// as they need. With no link up there is nowhere to send them: the peer's hold timer
-// resolves the numbers.
+// sendLossNotice sends ranges on the refuge link, in as many messages as they need.
+// With no link up there is nowhere to send them: the peer's hold timer resolves the
+// numbers.
 func (s *Session) sendLossNotice(ranges []wire.SeqRange) {
-	via := s.bestUpLink()
+	via := s.refuge(nil)
 	if via == nil {
 		return
 	}
@@ -204,15 +242,46 @@ func (s *Session) sendLossNotice(ranges []wire.SeqRange) {
 	s.m.LossNoticeSent.WithLabelValues(s.cfg.Peer).Add(float64(n))
 }
 
-// bestUpLink is the link in the schedule with the lowest RTT, nil if none is.
-func (s *Session) bestUpLink() *link {
-	var best *link
+// refuge is where what cannot wait for a link in doubt goes (loss notices, copies of
+// a dead link's packets in flight): the first of refuges, nil if there is none.
+func (s *Session) refuge(except *link) *link {
+	if r := s.refuges(except); len(r) > 0 {
+		return r[0]
+	}
+	return nil
+}
+
+// refuges lists the links in the schedule but except, best refuge first: healthy links
+// (link.healthy) before the others, then the lowest RTT. A suspect link comes last:
+// when the primaries die together the first to be found down would otherwise send its
+// notice into the other.
+func (s *Session) refuges(except *link) []*link {
+	type cand struct {
+		l       *link
+		healthy bool
+		rtt     time.Duration
+	}
+	var cs []cand
+	now := time.Now()
 	for _, l := range s.allLinks() {
-		if l.isUp() && (best == nil || l.rtt() < best.rtt()) {
-			best = l
+		if l != except && l.isUp() {
+			cs = append(cs, cand{l, l.healthy(now), l.rtt()})
 		}
 	}
-	return best
+	slices.SortStableFunc(cs, func(a, b cand) int {
+		if a.healthy != b.healthy {
+			if a.healthy {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.rtt, b.rtt)
+	})
+	out := make([]*link, len(cs))
+	for i, c := range cs {
+		out[i] = c.l
+	}
+	return out
 }
 
 // ackSent records the highest link sequence numbers the peer reports receiving.

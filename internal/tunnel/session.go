@@ -89,7 +89,8 @@ type Session struct {
 	sched    *sched.Scheduler
 	txCtrl   atomic.Uint64
 	schedDue atomic.Bool
-	aqm      *aqm.Codel // nil: no dropping at the entry; guarded by txMu
+	aqm      *aqm.Codel  // nil: no dropping at the entry; guarded by txMu
+	kept     keptPackets // the latest packets sent without a copy, for a rescue (rescue.go)
 	// fpAQM schedules the kernel fast path's drops (Codel.Spacing); guarded by txMu.
 	fpAQM *aqm.Codel
 	// bondQueue is the least queueing delay (ns) among the links that carried traffic
@@ -251,11 +252,13 @@ func (s *Session) SendData(buf []byte) bool {
 }
 
 // sendDataOn writes the header for one link into buf and sends it; copied says the
-// packet also goes on another link (then no loss notice may name it). Caller holds txMu.
-func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copied bool, now int64, buf []byte) {
+// packet also goes on another link (then no loss notice may name it). It returns the
+// link it went on and the link sequence number it carried (nil if there is no link
+// id). Caller holds txMu.
+func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copied bool, now int64, buf []byte) (*link, uint32) {
 	l := s.link(id)
 	if l == nil {
-		return
+		return nil, 0
 	}
 	h := wire.Header{
 		Type: wire.TypeData, Flags: flags, LinkID: id, KeyID: k.id,
@@ -265,12 +268,13 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copie
 	h.Put(buf)
 	auth.Seal(k.send, buf)
 	if !copied {
-		l.sent.record(h.LinkSeq, seq) // even if the send fails: then it surely never arrives
+		l.sent.record(h.LinkSeq, seq, false) // even if the send fails: then it surely never arrives
+		s.kept.keep(seq, buf)
 	}
 	t0 := clock.Nanos()
 	if err := l.send(l, buf); err != nil {
 		s.log.Debug("send failed", "link", l.spec.Name, "err", err)
-		return
+		return l, h.LinkSeq
 	}
 	if d := clock.Nanos() - t0; d > int64(sendStall) {
 		l.blockedNs.Add(uint64(d))
@@ -282,6 +286,7 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copie
 	if flags&wire.FlagDuplicate != 0 {
 		l.m.dup.Inc()
 	}
+	return l, h.LinkSeq
 }
 
 // takeSeq takes the next global sequence number. Caller holds txMu.
@@ -528,7 +533,11 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 			s.rxInFlight--
 			counted = false
 		}
-		s.reseq.Push(nanos, h.Seq, h.LinkID, pkt[wire.HeaderLen:], s.deliver)
+		if h.Flags&wire.FlagDuplicate != 0 {
+			s.reseq.PushCopy(nanos, h.Seq, h.LinkID, pkt[wire.HeaderLen:], s.deliver) // late copies too (rescue.go)
+		} else {
+			s.reseq.Push(nanos, h.Seq, h.LinkID, pkt[wire.HeaderLen:], s.deliver)
+		}
 		s.armHoldTimer(nanos)
 		s.rxMu.Unlock()
 	}
@@ -802,7 +811,8 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 	case stateUp:
 		l.log.Info("link no longer suspect: the peer reports our data arriving on it")
 	case stateSuspect:
-		l.log.Warn("link suspect: copying its traffic to another link", "cause", cause.String())
+		l.log.Warn("link suspect: copying its traffic to another link", "cause", cause.String(),
+			"copied_in_flight", s.rescue(l))
 	case stateDown:
 		noticed := s.linkDown(l)
 		l.log.Warn("link down", "cause", cause.String(), "down_after", s.cfg.DownAfter, "loss_notice_seqs", noticed)
@@ -904,6 +914,7 @@ func (s *Session) publishReseqStats() {
 	s.m.ReorderLost.WithLabelValues(p).Add(float64(st.Lost - prev.Lost))
 	s.m.Duplicates.WithLabelValues(p).Add(float64(st.Duplicates - prev.Duplicates))
 	s.m.LatePackets.WithLabelValues(p).Add(float64(st.Late - prev.Late))
+	s.m.LateCopies.WithLabelValues(p).Add(float64(st.LateCopies - prev.LateCopies))
 	s.m.ReorderSkips.WithLabelValues(p).Add(float64(st.OverflowSkips - prev.OverflowSkips))
 	// Mean hold time = rate(reorder_hold_seconds_total) / rate(reorder_held_packets_total).
 	s.m.ReorderHold.WithLabelValues(p).Add(float64(st.HoldTimeNsSum-prev.HoldTimeNsSum) / 1e9)

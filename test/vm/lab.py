@@ -1447,6 +1447,10 @@ bpf:
             threading.Thread(target=self.show_status, args=(secs / 2,), daemon=True).start()
         j = run_iperf(self.procs, self.work, client_ns, server_ns, target, self.next_port(), secs,
                       reverse=(d == "down"), streams=tr["streams"], interval=0.2, congestion=cc)
+        # iperf3's own JSON, for what the figures do not say: upstream, where the client
+        # sends, it has the sender's retransmissions and window per 0.2-s interval.
+        with open(os.path.join(self.outdir, f"iperf-{label}-{key}.json"), "w") as f:
+            json.dump(j, f)
         stop.set()
         sched.join(5)
         samples = smp.stop()

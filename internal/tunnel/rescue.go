@@ -1,0 +1,132 @@
+package tunnel
+
+// Rescue (docs/architecture.md §5, reassignment). A suspect link's packets get a copy
+// on another link from the moment it is suspect; rescue gives the same to the data
+// packets it still had in flight then, those the peer has not reported: each is sent
+// again, under its own sequence number and marked as a copy, on the two best other
+// links. A link found down without having been suspect gets the same just before its
+// loss notice names those numbers.
+//
+// Why: when a link dies under a TCP flow, the packets it had in flight are its
+// flow's holes. The receiver's resequencer holds what comes behind a hole until the
+// links' evidence, a loss notice or its hold timer gives it up, and then TCP has to
+// find the loss itself: by its retransmission timer (200 ms plus the RTT at the
+// least) when the flow stalled, or by fast recovery; either way CUBIC then needs about
+// a second to grow its window back (the lab's standby scenario: both primaries dead
+// under one upstream flow, recovery above the 1-s target in six runs of eight). A link
+// is suspect 0.1–0.2 s after it dies. A copy sent then on a live link reaches the
+// receiver while the hole is still held (the dead link is still in its evidence set,
+// and nothing is held behind a stalled flow's hole for the hold timer to give up): the
+// hole is filled, everything is delivered in order, and TCP sees a delay, not a loss.
+//
+// Why the same sequence numbers: a copy of a packet that arrived after all (the link
+// was alive) is dropped as a duplicate, so the end host never sees a packet twice
+// because of a rescue. A copy that comes after the receiver gave its number up is
+// delivered late, out of order (reseq.PushCopy): better for TCP than never. (New
+// numbers, tried first, put every rescued packet behind all that followed its hole.)
+//
+// Only packets the daemon sent can be copied: the kernel fast path keeps no copies of
+// its packets, and the loss notice alone speaks for them.
+
+import (
+	"time"
+
+	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// rescueSlots is how many of the latest data packets sent without a copy the session
+// keeps for a rescue: more than a home bond has in flight on one link (a 50-Mbit/s
+// link with 60 ms of RTT carries 250 full-size packets), and at most about 400 kB per
+// session. Older ones are not rescued: TCP recovers them as it would without.
+const rescueSlots = 256
+
+// rescueRefuges is how many other links each packet in flight is copied to (rescue).
+const rescueRefuges = 2
+
+// keptPacket is one packet kept for a rescue, header included.
+type keptPacket struct {
+	seq  uint32
+	held bool
+	pkt  []byte
+}
+
+// keptPackets is the session's ring of packets kept for a rescue, indexed by global
+// sequence number. Guarded by the session's txMu.
+type keptPackets struct {
+	ring    []keptPacket // allocated on first use
+	scratch []byte
+}
+
+// keep copies the packet sent with global sequence number seq.
+func (k *keptPackets) keep(seq uint32, pkt []byte) {
+	if k.ring == nil {
+		k.ring = make([]keptPacket, rescueSlots)
+	}
+	e := &k.ring[seq%rescueSlots]
+	e.seq, e.held = seq, true
+	e.pkt = append(e.pkt[:0], pkt...)
+}
+
+// get returns a copy of the packet sent with seq, valid until the next get, or nil if
+// it is no longer kept.
+func (k *keptPackets) get(seq uint32) []byte {
+	if k.ring == nil {
+		return nil
+	}
+	e := &k.ring[seq%rescueSlots]
+	if !e.held || e.seq != seq {
+		return nil
+	}
+	k.scratch = append(k.scratch[:0], e.pkt...)
+	return k.scratch
+}
+
+// rescue copies the data packets link l had in flight (the logged ones sent after
+// the peer's last report, and after l's last rescue, copies from other links
+// included) to the best two refuge links (refuges; the second only if it is healthy),
+// under their own sequence numbers.
+// It returns how many packets it copied.
+//
+// Two, because links die together (one power cut, one street cabinet, the lab's
+// standby scenario), though rarely at the same instant: the healthiest other link may
+// be the next to go, and a copy lost with it leaves the flow to its retransmission
+// timer. The copies are also logged on the links they went on, so the rescue of such
+// a link copies them again. They are a few packets, and only when a link goes into
+// doubt.
+func (s *Session) rescue(l *link) (copied int) {
+	k := s.keys.sending()
+	to := s.refuges(l)
+	if k == nil || len(to) == 0 {
+		return 0
+	}
+	if len(to) > 1 && !to[1].healthy(time.Now()) {
+		to = to[:1] // a second copy only on a healthy link
+	}
+	to = to[:min(len(to), rescueRefuges)]
+	now := clock.Nanos()
+	s.txMu.Lock()
+	inFlight := l.sent.after(l.rescuedThrough)
+	l.rescuedThrough = l.sentLinkSeq()
+	for _, e := range inFlight {
+		pkt := s.kept.get(e.Seq)
+		if pkt == nil {
+			continue
+		}
+		for _, r := range to {
+			s.sched.Charge(r.spec.ID, now, len(pkt)+28)
+			if on, linkSeq := s.sendDataOn(r.spec.ID, k, e.Seq, wire.FlagDuplicate, true, now, pkt); on != nil {
+				// Logged as a copy: if this link goes into doubt too, its rescue
+				// copies the packet again, and its loss notice leaves the number out.
+				on.sent.record(linkSeq, e.Seq, true)
+			}
+		}
+		copied++
+	}
+	s.txMu.Unlock()
+	if copied > 0 {
+		s.m.Rescued.WithLabelValues(s.cfg.Peer).Add(float64(copied))
+		l.log.Debug("copied packets in flight", "to", to[0].spec.Name, "links", len(to), "copied", copied, "logged", len(inFlight))
+	}
+	return copied
+}

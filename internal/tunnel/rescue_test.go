@@ -1,0 +1,225 @@
+package tunnel
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/auth"
+	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// linkDiesUnderTraffic sends 40 packets over both links of a pipe pair, reported by
+// the receiver, then cuts link 1 and sends 40 more. It returns the ids sent, in
+// order, and how many packets link 1 lost.
+func linkDiesUnderTraffic(t *testing.T) (p *pipePair, sent []uint32, lost int) {
+	p = newPipePair(t)
+	p.step(0)
+	sent = p.send(40)
+	p.pump()
+	p.feedback()
+	p.mu.Lock()
+	p.dead[1] = true
+	p.mu.Unlock()
+	sent = append(sent, p.send(40)...)
+	p.pump()
+	return p, sent, p.droppedTx[1]
+}
+
+// A link dies with packets in flight. As soon as it is suspect (60 ms of probe silence
+// here; down only after 500 ms) they are copied to the other link under their own
+// numbers, and fill the receiver's holes: everything is delivered in order, nothing
+// is given up, and the hold timer (an hour here) has no part in it. The loss notice
+// when the link goes down later finds nothing left to resolve.
+func TestDoubtCopiesThePacketsInFlight(t *testing.T) {
+	p, sent, lost := linkDiesUnderTraffic(t)
+	if st := p.stats(); lost == 0 || st.HeldPackets == 0 {
+		t.Fatalf("setup: link 1 lost %d packets and the receiver holds %d; the test needs both", lost, st.HeldPackets)
+	}
+	l := p.tx.link(1)
+	for range 4 {
+		p.step(20 * time.Millisecond)
+	}
+	l.mu.Lock()
+	state := l.state
+	l.mu.Unlock()
+	if state != stateSuspect {
+		t.Fatalf("setup: link 1 is %v after 80 ms of probe silence, want suspect", state)
+	}
+	if got := p.deliveredIDs(); !equalIDs(got, sent) {
+		t.Fatalf("link 1 suspect with %d packets lost on it: %d of %d packets delivered in order, want all", lost, len(got), len(sent))
+	}
+	if st := p.stats(); st.HeldPackets != 0 || st.Lost != 0 {
+		t.Fatalf("receiver: held %d, lost %d; the copies should have filled every hole", st.HeldPackets, st.Lost)
+	}
+	if got := gauge(p.txM.Rescued.WithLabelValues("peer")); got != float64(lost) {
+		t.Errorf("rescued packets metric = %v, want the %d lost", got, lost)
+	}
+
+	for range 8 {
+		p.step(100 * time.Millisecond)
+	}
+	if l.isUp() {
+		t.Fatal("link 1 still up after 800 ms without a probe reply")
+	}
+	if got := p.deliveredIDs(); !equalIDs(got, sent) {
+		t.Fatalf("after link 1 went down: %d packets delivered, want the %d sent, once each, in order", len(got), len(sent))
+	}
+	if st := p.stats(); st.Lost != 0 {
+		t.Fatalf("the loss notice gave up %d packets whose copies had arrived", st.Lost)
+	}
+}
+
+// The receiver found the dead link down first and gave up its holes (the other
+// link's evidence passed them): the copies come late, and are delivered all the same,
+// behind the packets that followed them. Each packet reaches the end host once.
+func TestLateCopiesAreDelivered(t *testing.T) {
+	p, sent, lost := linkDiesUnderTraffic(t)
+	p.rx.linkDown(p.rx.link(1))
+	st := p.stats()
+	skipped := int(st.EvidenceSkips) // all but those after link 0's last packet
+	if lost == 0 || st.HeldPackets != 0 || skipped == 0 {
+		t.Fatalf("setup: link 1 lost %d packets; the receiver, which took link 1 out, holds %d and gave up %d by evidence; want none held, some given up",
+			lost, st.HeldPackets, skipped)
+	}
+	for range 4 {
+		p.step(20 * time.Millisecond)
+	}
+	delivered := p.deliveredIDs()
+	if !sameIDs(delivered, sent) {
+		t.Fatalf("%d packets delivered, want each of the %d sent once (%d lost on link 1, %d of their copies late)",
+			len(delivered), len(sent), lost, skipped)
+	}
+	// Everything but link 1's packets first, in order; then the copies, in the order
+	// they were sent (the late ones, and any whose hole was still open).
+	checkOrder(t, delivered[:len(delivered)-lost], sent, lost)
+	if st := p.stats(); st.LateCopies != st.Lost || st.LateCopies < uint64(skipped) {
+		t.Fatalf("receiver delivered %d late copies, want one for each of the %d numbers it gave up (%d before the copies were sent)",
+			st.LateCopies, st.Lost, skipped)
+	}
+}
+
+// A link whose packets all arrived, unreported, and that then goes silent: its
+// packets are copied all the same, and the receiver drops every copy as replayed.
+// The end host sees each packet once.
+func TestCopiesOfArrivedPacketsAreDuplicates(t *testing.T) {
+	p := newPipePair(t)
+	p.step(0)
+	sent := p.send(40)
+	p.pump()
+	onLink1 := p.tx.link(1).sent.n
+	p.mu.Lock()
+	p.dead[1] = true
+	p.mu.Unlock()
+	for range 4 {
+		p.step(20 * time.Millisecond)
+	}
+	if got := gauge(p.txM.Rescued.WithLabelValues("peer")); got != float64(onLink1) {
+		t.Fatalf("rescued packets metric = %v, want the %d sent on link 1 and not reported", got, onLink1)
+	}
+	if got := p.deliveredIDs(); !equalIDs(got, sent) {
+		t.Fatalf("%d packets delivered, want the %d sent, once each, in order", len(got), len(sent))
+	}
+	if p.replays != int(onLink1) {
+		t.Fatalf("receiver dropped %d copies as replayed, want the %d copied", p.replays, onLink1)
+	}
+}
+
+// The ring keeps a packet under its number until a newer one takes its slot.
+func TestKeptPackets(t *testing.T) {
+	var k keptPackets
+	if k.get(1) != nil {
+		t.Fatal("an empty ring gave out a packet")
+	}
+	k.keep(7, []byte("seven"))
+	k.keep(8, []byte("eight"))
+	if got := string(k.get(7)); got != "seven" {
+		t.Fatalf("get(7) = %q, want seven", got)
+	}
+	k.keep(8+rescueSlots, []byte("later"))
+	if k.get(8) != nil {
+		t.Fatal("packet 8 given out after a newer packet took its slot")
+	}
+	if got := string(k.get(8 + rescueSlots)); got != "later" {
+		t.Fatalf("get(8+rescueSlots) = %q, want later", got)
+	}
+}
+
+// The primaries die one after the other. The first one's packets in flight are copied
+// to both other links, the healthy second first; when the second is in doubt too, the
+// copies it carried are copied again, to the third (not to the first, in doubt
+// itself). The second's loss notice leaves their numbers out: their originals went on
+// the first link.
+func TestCopiesFollowTheNextLinkIntoDoubt(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	t.Cleanup(s.close)
+	s.peerIndex.Store(2)
+	s.installKeys(&keyGen{id: 1, send: auth.Key{1}, recv: auth.Key{2}, created: time.Now()}, true)
+	var mu sync.Mutex
+	got := map[uint8][]wire.Header{} // data packets sent, per link
+	send := func(l *link, pkt []byte) error {
+		if h, err := wire.ParseHeader(pkt); err == nil && h.Type == wire.TypeData {
+			mu.Lock()
+			got[l.spec.ID] = append(got[l.spec.ID], h)
+			mu.Unlock()
+		}
+		return nil
+	}
+	links := make([]*link, 3)
+	for i, rtt := range []time.Duration{20, 10, 50} { // ms: the second is the best refuge
+		links[i] = s.addLink(LinkSpec{ID: uint8(i), Name: fmt.Sprintf("up%d", i), TxRate: 10e6}, send)
+		links[i].onReply(time.Now(), rtt*time.Millisecond)
+	}
+	k := s.keys.sending()
+	s.txMu.Lock()
+	for seq := uint32(1); seq <= 3; seq++ {
+		buf := make([]byte, wire.HeaderLen+100)
+		s.sendDataOn(0, k, seq, 0, false, clock.Nanos(), buf)
+	}
+	s.txMu.Unlock()
+	mu.Lock()
+	clear(got)
+	mu.Unlock()
+
+	links[0].setState(stateSuspect)
+	if n := s.rescue(links[0]); n != 3 {
+		t.Fatalf("first link in doubt: %d packets copied, want 3", n)
+	}
+	links[1].setState(stateSuspect)
+	if n := s.rescue(links[1]); n != 3 {
+		t.Fatalf("second link in doubt: %d packets copied, want the 3 copies it carried", n)
+	}
+	if n := s.rescue(links[1]); n != 0 {
+		t.Errorf("second link rescued again: %d packets copied twice", n)
+	}
+	mu.Lock()
+	for id, want := range map[uint8][]uint32{0: nil, 1: {1, 2, 3}, 2: {1, 2, 3, 1, 2, 3}} {
+		var seqs []uint32
+		for _, h := range got[id] {
+			seqs = append(seqs, h.Seq)
+			if h.Flags&wire.FlagDuplicate == 0 {
+				t.Errorf("link %d: seq %d not marked as a copy", id, h.Seq)
+			}
+		}
+		if !slices.Equal(seqs, want) {
+			t.Errorf("link %d carried copies of %v, want %v", id, seqs, want)
+		}
+	}
+	mu.Unlock()
+	links[1].setState(stateDown)
+	if named := s.reassign(links[1]); named != 0 {
+		t.Errorf("the second link's loss notice named %d numbers; it carried only copies", named)
+	}
+}
+
+// sameIDs reports whether a and b hold the same ids, each as often, in any order.
+func sameIDs(a, b []uint32) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
