@@ -424,3 +424,34 @@ func TestMarkSilentPeers(t *testing.T) {
 		t.Errorf("both silent: peers silent %v, %v; want true for both", a.quiet.othersSilent, b.quiet.othersSilent)
 	}
 }
+
+// A link that lost its last packets and has carried nothing since owes them only for
+// staleOwed: after that they are an old loss. Owed for good, they kept the session in
+// doubt and its idle metered backup probed every interval.
+func TestAnOldLossIsNotOwedForGood(t *testing.T) {
+	r := newQuietRig(t, 20*time.Millisecond)
+	for range 20 {
+		r.step(1, 2, true)
+	}
+	r.step(4, 0, true) // the flow's last packets, lost; the link lives on, idle
+	owedAt, freeAt := time.Duration(-1), time.Duration(-1)
+	lost := r.now
+	for range 60 {
+		r.step(0, 0, true)
+		switch owes := r.l.owes(); {
+		case owes && owedAt < 0:
+			owedAt = r.now
+		case !owes && owedAt >= 0 && freeAt < 0:
+			freeAt = r.now
+		}
+	}
+	if owedAt < 0 {
+		t.Fatal("the lost packets were never owed")
+	}
+	if freeAt < 0 {
+		t.Fatalf("the lost packets are still owed %v after they were sent, with nothing sent since", r.now-lost)
+	}
+	if took := freeAt - lost; took > staleOwed+300*time.Millisecond {
+		t.Errorf("the lost packets were owed until %v after they were sent; want about staleOwed (%v)", took, staleOwed)
+	}
+}
