@@ -29,8 +29,6 @@ package tunnel
 // its packets, and the loss notice alone speaks for them.
 
 import (
-	"time"
-
 	"github.com/aggd/aggd/internal/clock"
 	"github.com/aggd/aggd/internal/wire"
 )
@@ -44,18 +42,16 @@ const rescueSlots = 256
 // rescueRefuges is how many other links each packet in flight is copied to (rescue).
 const rescueRefuges = 2
 
-// keptPacket is one packet kept for a rescue, header included.
+// keptPacket is one packet kept for a rescue, header included (nil pkt: none yet).
 type keptPacket struct {
-	seq  uint32
-	held bool
-	pkt  []byte
+	seq uint32
+	pkt []byte
 }
 
 // keptPackets is the session's ring of packets kept for a rescue, indexed by global
 // sequence number. Guarded by the session's txMu.
 type keptPackets struct {
-	ring    []keptPacket // allocated on first use
-	scratch []byte
+	ring []keptPacket // allocated on first use
 }
 
 // keep copies the packet sent with global sequence number seq.
@@ -64,22 +60,19 @@ func (k *keptPackets) keep(seq uint32, pkt []byte) {
 		k.ring = make([]keptPacket, rescueSlots)
 	}
 	e := &k.ring[seq%rescueSlots]
-	e.seq, e.held = seq, true
-	e.pkt = append(e.pkt[:0], pkt...)
+	e.seq, e.pkt = seq, append(e.pkt[:0], pkt...)
 }
 
-// get returns a copy of the packet sent with seq, valid until the next get, or nil if
-// it is no longer kept.
+// get returns the kept packet sent with seq, or nil if it is no longer kept. Sending it
+// rewrites its header in place, as every send does.
 func (k *keptPackets) get(seq uint32) []byte {
 	if k.ring == nil {
 		return nil
 	}
-	e := &k.ring[seq%rescueSlots]
-	if !e.held || e.seq != seq {
-		return nil
+	if e := &k.ring[seq%rescueSlots]; e.pkt != nil && e.seq == seq {
+		return e.pkt
 	}
-	k.scratch = append(k.scratch[:0], e.pkt...)
-	return k.scratch
+	return nil
 }
 
 // rescue copies the data packets link l had in flight (the logged ones sent after
@@ -96,14 +89,11 @@ func (k *keptPackets) get(seq uint32) []byte {
 // doubt.
 func (s *Session) rescue(l *link) (copied int) {
 	k := s.keys.sending()
-	to := s.refuges(l)
+	to, healthy := s.refuges(l)
 	if k == nil || len(to) == 0 {
 		return 0
 	}
-	if len(to) > 1 && !to[1].healthy(time.Now()) {
-		to = to[:1] // a second copy only on a healthy link
-	}
-	to = to[:min(len(to), rescueRefuges)]
+	to = to[:min(len(to), max(1, min(healthy, rescueRefuges)))] // a second copy only on a healthy link
 	now := clock.Nanos()
 	s.txMu.Lock()
 	inFlight := l.sent.after(l.rescuedThrough)
@@ -115,10 +105,10 @@ func (s *Session) rescue(l *link) (copied int) {
 		}
 		for _, r := range to {
 			s.sched.Charge(r.spec.ID, now, len(pkt)+28)
-			if on, linkSeq := s.sendDataOn(r.spec.ID, k, e.Seq, wire.FlagDuplicate, true, now, pkt); on != nil {
+			if linkSeq, ok := s.sendDataOn(r.spec.ID, k, e.Seq, wire.FlagDuplicate, true, now, pkt); ok {
 				// Logged as a copy: if this link goes into doubt too, its rescue
 				// copies the packet again, and its loss notice leaves the number out.
-				on.sent.record(linkSeq, e.Seq, true)
+				r.sent.record(linkSeq, e.Seq, true)
 			}
 		}
 		copied++

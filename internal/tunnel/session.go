@@ -253,12 +253,12 @@ func (s *Session) SendData(buf []byte) bool {
 
 // sendDataOn writes the header for one link into buf and sends it; copied says the
 // packet also goes on another link (then no loss notice may name it). It returns the
-// link it went on and the link sequence number it carried (nil if there is no link
-// id). Caller holds txMu.
-func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copied bool, now int64, buf []byte) (*link, uint32) {
+// link sequence number the packet carried, and false if there is no link id. Caller
+// holds txMu.
+func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copied bool, now int64, buf []byte) (linkSeq uint32, ok bool) {
 	l := s.link(id)
 	if l == nil {
-		return nil, 0
+		return 0, false
 	}
 	h := wire.Header{
 		Type: wire.TypeData, Flags: flags, LinkID: id, KeyID: k.id,
@@ -274,7 +274,7 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copie
 	t0 := clock.Nanos()
 	if err := l.send(l, buf); err != nil {
 		s.log.Debug("send failed", "link", l.spec.Name, "err", err)
-		return l, h.LinkSeq
+		return h.LinkSeq, true
 	}
 	if d := clock.Nanos() - t0; d > int64(sendStall) {
 		l.blockedNs.Add(uint64(d))
@@ -286,7 +286,7 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copie
 	if flags&wire.FlagDuplicate != 0 {
 		l.m.dup.Inc()
 	}
-	return l, h.LinkSeq
+	return h.LinkSeq, true
 }
 
 // takeSeq takes the next global sequence number. Caller holds txMu.
