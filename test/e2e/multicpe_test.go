@@ -124,6 +124,8 @@ log:
 		}
 		rx1, rx2 := b.peerBytes(t, "cpe1", reverse), b.peerBytes(t, "cpe2", reverse)
 		dir := t.TempDir()
+		waitIperfServerIdle(t, n, "5201")
+		waitIperfServerIdle(t, n, port2)
 		one := n.Start("lan", filepath.Join(dir, "lan.json"), iperfArgs("5201", reverse)...)
 		two := n.Start("lan2", filepath.Join(dir, "lan2.json"), iperfArgs(port2, reverse)...)
 		g1, g2 := iperfGoodput(t, one, filepath.Join(dir, "lan.json")), iperfGoodput(t, two, filepath.Join(dir, "lan2.json"))

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -391,16 +392,23 @@ func iperf(t testing.TB, n *testnet.Net, seconds int, reverse bool) float64 {
 	if reverse {
 		args = append(args, "-R")
 	}
+	waitIperfServerIdle(t, n, "5201")
 	out, err := n.Try("lan", args...)
 	var r iperfResult
 	if jerr := json.Unmarshal([]byte(out), &r); jerr != nil || err != nil || r.Error != "" {
-		t.Fatalf("iperf3 %v failed: %v %s\n%s", args, err, r.Error, tail([]byte(out), 2000))
+		t.Fatalf("iperf3 %v failed: %v %s\n%s\n---- iperf3 server log (last 2 KiB) ----\n%s",
+			args, err, r.Error, tail([]byte(out), 2000), iperfServerLogTail(n))
 	}
 	return r.End.SumReceived.BitsPerSecond
 }
 
+// iperfServerLogs maps each topology to its iperf3 server's log, for failure reports.
+var iperfServerLogs sync.Map // *testnet.Net → string
+
 func startIperfServer(t testing.TB, n *testnet.Net) {
-	n.Start("srv", filepath.Join(t.TempDir(), "iperf3-server.log"), "iperf3", "-s")
+	log := filepath.Join(t.TempDir(), "iperf3-server.log")
+	iperfServerLogs.Store(n, log)
+	n.Start("srv", log, "iperf3", "-s")
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		if out, _ := n.Try("srv", "ss", "-ltn"); strings.Contains(out, ":5201") {
@@ -409,6 +417,38 @@ func startIperfServer(t testing.TB, n *testnet.Net) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatal("iperf3 server did not start listening on port 5201")
+}
+
+// waitIperfServerIdle waits until the iperf3 server on port holds no connection.
+// It serves one test at a time and finishes a test a moment after its client has
+// exited; a client that connects in that moment is turned away, and the server's
+// close of the unread connection reaches the client as a reset ("unable to receive
+// control message"). That is iperf3's rule, not the tunnel's doing.
+func waitIperfServerIdle(t testing.TB, n *testnet.Net, port string) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, _ := n.Try("srv", "ss", "-Htn", "state", "established", "state", "close-wait", "state", "syn-recv", "sport", "=", ":"+port)
+		if strings.TrimSpace(out) == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Logf("the iperf3 server on port %s still holds connections after 5 s; starting the client anyway:\n%s", port, out)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func iperfServerLogTail(n *testnet.Net) string {
+	log, ok := iperfServerLogs.Load(n)
+	if !ok {
+		return "(no iperf3 server started on this topology)"
+	}
+	b, err := os.ReadFile(log.(string))
+	if err != nil {
+		return err.Error()
+	}
+	return tail(b, 2000)
 }
 
 func writeKey(t testing.TB, dir, name string) (public string) {
