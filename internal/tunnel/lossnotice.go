@@ -245,17 +245,17 @@ func (s *Session) sendLossNotice(ranges []wire.SeqRange) {
 // refuge is where what cannot wait for a link in doubt goes (loss notices, copies of
 // a dead link's packets in flight): the first of refuges, nil if there is none.
 func (s *Session) refuge(except *link) *link {
-	if r, _ := s.refuges(except); len(r) > 0 {
+	if r := s.refuges(except); len(r) > 0 {
 		return r[0]
 	}
 	return nil
 }
 
 // refuges lists the links in the schedule but except, best refuge first: healthy links
-// (link.healthy) before the others, then the lowest RTT; healthy is how many lead the
-// list. A suspect link comes last: when the primaries die together the first to be
-// found down would otherwise send its notice into the other.
-func (s *Session) refuges(except *link) (links []*link, healthy int) {
+// (link.healthy) before the others, then the lowest RTT. A suspect link comes last:
+// when the primaries die together the first to be found down would otherwise send its
+// notice into the other.
+func (s *Session) refuges(except *link) []*link {
 	type cand struct {
 		l       *link
 		healthy bool
@@ -277,14 +277,11 @@ func (s *Session) refuges(except *link) (links []*link, healthy int) {
 		}
 		return cmp.Compare(a.rtt, b.rtt)
 	})
-	links = make([]*link, len(cs))
+	links := make([]*link, len(cs))
 	for i, c := range cs {
 		links[i] = c.l
-		if c.healthy {
-			healthy++
-		}
 	}
-	return links, healthy
+	return links
 }
 
 // ackSent records the highest link sequence numbers the peer reports receiving.

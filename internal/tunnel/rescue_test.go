@@ -154,25 +154,34 @@ func TestKeptPackets(t *testing.T) {
 // copies it carried are copied again, to the third (not to the first, in doubt
 // itself). The second's loss notice leaves their numbers out: their originals went on
 // the first link.
-func TestCopiesFollowTheNextLinkIntoDoubt(t *testing.T) {
-	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+// rescueRig is a session with three links (RTT 20, 10 and 50 ms: the second is the
+// best refuge) that has sent data packets 1-3 on the first; sent collects the data
+// packets each link carries from then on.
+type rescueRig struct {
+	s     *Session
+	links []*link
+	mu    sync.Mutex
+	sent  map[uint8][]wire.Header
+}
+
+func newRescueRig(t *testing.T) *rescueRig {
+	r := &rescueRig{s: newSession(testSession(), metrics.New(), discard, 1, func([]byte) {}), sent: map[uint8][]wire.Header{}}
+	s := r.s
 	t.Cleanup(s.close)
 	s.peerIndex.Store(2)
 	s.installKeys(&keyGen{id: 1, send: auth.Key{1}, recv: auth.Key{2}, created: time.Now()}, true)
-	var mu sync.Mutex
-	got := map[uint8][]wire.Header{} // data packets sent, per link
 	send := func(l *link, pkt []byte) error {
 		if h, err := wire.ParseHeader(pkt); err == nil && h.Type == wire.TypeData {
-			mu.Lock()
-			got[l.spec.ID] = append(got[l.spec.ID], h)
-			mu.Unlock()
+			r.mu.Lock()
+			r.sent[l.spec.ID] = append(r.sent[l.spec.ID], h)
+			r.mu.Unlock()
 		}
 		return nil
 	}
-	links := make([]*link, 3)
-	for i, rtt := range []time.Duration{20, 10, 50} { // ms: the second is the best refuge
-		links[i] = s.addLink(LinkSpec{ID: uint8(i), Name: fmt.Sprintf("up%d", i), TxRate: 10e6}, send)
-		links[i].onReply(time.Now(), rtt*time.Millisecond)
+	r.links = make([]*link, 3)
+	for i, rtt := range []time.Duration{20, 10, 50} {
+		r.links[i] = s.addLink(LinkSpec{ID: uint8(i), Name: fmt.Sprintf("up%d", i), TxRate: 10e6}, send)
+		r.links[i].onReply(time.Now(), rtt*time.Millisecond)
 	}
 	k := s.keys.sending()
 	s.txMu.Lock()
@@ -181,10 +190,34 @@ func TestCopiesFollowTheNextLinkIntoDoubt(t *testing.T) {
 		s.sendDataOn(0, k, seq, 0, false, clock.Nanos(), buf)
 	}
 	s.txMu.Unlock()
-	mu.Lock()
-	clear(got)
-	mu.Unlock()
+	r.mu.Lock()
+	clear(r.sent)
+	r.mu.Unlock()
+	return r
+}
 
+// copies returns the sequence numbers each link carried since the rig was set up,
+// and fails the test if any was not marked as a copy.
+func (r *rescueRig) copies(t *testing.T) map[uint8][]uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[uint8][]uint32{}
+	for id, hs := range r.sent {
+		for _, h := range hs {
+			out[id] = append(out[id], h.Seq)
+			if h.Flags&wire.FlagDuplicate == 0 {
+				t.Errorf("link %d: seq %d not marked as a copy", id, h.Seq)
+			}
+		}
+	}
+	return out
+}
+
+// The refuge the copies go to dies next: its rescue copies them on, and its loss
+// notice leaves their numbers out.
+func TestCopiesFollowTheNextLinkIntoDoubt(t *testing.T) {
+	r := newRescueRig(t)
+	s, links := r.s, r.links
 	links[0].setState(stateSuspect)
 	if n := s.rescue(links[0]); n != 3 {
 		t.Fatalf("first link in doubt: %d packets copied, want 3", n)
@@ -196,23 +229,46 @@ func TestCopiesFollowTheNextLinkIntoDoubt(t *testing.T) {
 	if n := s.rescue(links[1]); n != 0 {
 		t.Errorf("second link rescued again: %d packets copied twice", n)
 	}
-	mu.Lock()
+	got := r.copies(t)
 	for id, want := range map[uint8][]uint32{0: nil, 1: {1, 2, 3}, 2: {1, 2, 3, 1, 2, 3}} {
-		var seqs []uint32
-		for _, h := range got[id] {
-			seqs = append(seqs, h.Seq)
-			if h.Flags&wire.FlagDuplicate == 0 {
-				t.Errorf("link %d: seq %d not marked as a copy", id, h.Seq)
-			}
-		}
-		if !slices.Equal(seqs, want) {
-			t.Errorf("link %d carried copies of %v, want %v", id, seqs, want)
+		if !slices.Equal(got[id], want) {
+			t.Errorf("link %d carried copies of %v, want %v", id, got[id], want)
 		}
 	}
-	mu.Unlock()
 	links[1].setState(stateDown)
 	if named := s.reassign(links[1]); named != 0 {
 		t.Errorf("the second link's loss notice named %d numbers; it carried only copies", named)
+	}
+}
+
+// The second copy goes to a link that is up but not healthy (it owes data, or its
+// last probe is unanswered): when the primaries die together the healthy refuge may be
+// the other dying one. Not to a suspect link: its own packets are being copied away.
+func TestTheSecondCopyNeedsNoHealthyLink(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		third  func(l *link)
+		want2  []uint32 // copies on the third link
+		reason string
+	}{
+		{"owing", func(l *link) { l.mu.Lock(); l.quiet.owing = true; l.mu.Unlock() }, []uint32{1, 2, 3}, "up, though it owes data"},
+		{"suspect", func(l *link) { l.setState(stateSuspect) }, nil, "suspect"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRescueRig(t)
+			c.third(r.links[2])
+			r.links[0].setState(stateSuspect)
+			if n := r.s.rescue(r.links[0]); n != 3 {
+				t.Fatalf("%d packets copied, want 3", n)
+			}
+			got := r.copies(t)
+			if !slices.Equal(got[1], []uint32{1, 2, 3}) {
+				t.Errorf("the healthy refuge carried copies of %v, want [1 2 3]", got[1])
+			}
+			if !slices.Equal(got[2], c.want2) {
+				t.Errorf("the third link (%s) carried copies of %v, want %v", c.reason, got[2], c.want2)
+			}
+		})
 	}
 }
 
