@@ -2029,6 +2029,14 @@ def event_time(e, d=None):
     return (e.get("effective_at_dir") or {}).get(d) or e.get("effective_at") or e["applied_at"]
 
 
+# The flow's goodput from this long after an outage until the link returns: the level it
+# settled at on the remaining links. Recovery means 90 % of their baselines; on the
+# standby scenario's lossy LTE backup alone the bond settled at 0.81-0.96 (median 0.91)
+# of LTE's own single-flow rate over 30 runs (BENCHMARKS.md), so there the 1-s recovery
+# target is about where the flow settles, not about the failover.
+FAILOVER_SETTLED_AFTER_S = 2.0
+
+
 def failover_figures(t, base, sums):
     """Per outage of a link carrying traffic: recovery (goodput back to 90 % of the other
     links' baselines), detection (CPE's aggd_link_up -> 0) and return (the link's share of
@@ -2058,9 +2066,11 @@ def failover_figures(t, base, sums):
                 rec = round(x - t_out, 2)
                 break
         during = goodput_between(fine, t_out, t_up)
+        settled = goodput_between(fine, t_out + FAILOVER_SETTLED_AFTER_S, t_up)
         f = {"link": name, "effective_at": t_out, "restored_effective_at": t_up if up else None,
              "remaining_baselines_mbit": round(remaining, 3),
              "goodput_during_mbit": round(during, 3) if during is not None else None,
+             "settled_goodput_during_mbit": round(settled, 3) if settled is not None else None,
              "recovery_s": rec, "want_mbit": round(want, 3)}
         scr = t.get("cpe_link_up") or []
         det = first_scrape(scr, t_out, lambda x: all(x["up"].get(n) == 0 for n in group))
@@ -2256,7 +2266,8 @@ def print_summary(r):
     for f in r.get("failover", []):
         log(f"    failover ({f.get('transfer', f['direction'])}): {f['link']} down at {f['outage_at']}s, back at "
             f"{f['restored_at']}s: stall {f['stall_s']} s, goodput during outage avg {f['avg_goodput_during_mbit']} "
-            f"Mbit/s (other links' baselines {f.get('remaining_baselines_mbit')})")
+            f"Mbit/s, {f.get('settled_goodput_during_mbit')} from {FAILOVER_SETTLED_AFTER_S:g} s after it "
+            f"(other links' baselines {f.get('remaining_baselines_mbit')})")
     for o in r.get("idle_outages", []):
         log(f"    idle outage of {o['link']}: CPE reported it down after {o['detect_s']} s, up again "
             f"{o['return_s']} s after it returned")
