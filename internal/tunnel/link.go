@@ -658,13 +658,6 @@ func (l *link) params() sched.LinkParams {
 	}
 }
 
-// notSuspect reports whether the link is up and not suspect.
-func (l *link) notSuspect() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.state == stateUp
-}
-
 // isUp reports whether the link is in the schedule (up or suspect).
 func (l *link) isUp() bool {
 	l.mu.Lock()

@@ -277,11 +277,11 @@ func (s *Session) refuges(except *link) []*link {
 		}
 		return cmp.Compare(a.rtt, b.rtt)
 	})
-	links := make([]*link, len(cs))
+	out := make([]*link, len(cs))
 	for i, c := range cs {
-		links[i] = c.l
+		out[i] = c.l
 	}
-	return links
+	return out
 }
 
 // ackSent records the highest link sequence numbers the peer reports receiving.

@@ -84,19 +84,20 @@ func (k *keptPackets) get(seq uint32) []byte {
 // standby scenario), though rarely at the same instant: the healthiest other link may
 // be the next to go, and a copy lost with it leaves the flow to its retransmission
 // timer. The second goes even to a link that is not healthy (no answer to its last
-// probe yet, or owing), though not to a suspect one: when the primaries die together, the healthiest other link
-// may be the other dying primary, and the backup behind it is then the one whose copy
-// arrives (the lab's standby scenario once copied a dying cable's packets only to the
-// dying DSL, and 100 ms later on to LTE, where a 1-s stall followed). The copies are
-// also logged on the links they went on, so the rescue of such a link copies them
-// again. They are a few packets, and only when a link goes into doubt.
+// probe yet, or owing), though not to a suspect one: when the primaries die together,
+// the healthiest other link may be the other dying primary, and the backup behind it
+// is then the one whose copy arrives (the lab's standby scenario once copied a dying
+// cable's packets only to the dying DSL, and 100 ms later on to LTE, where a 1-s stall
+// followed). The copies are also logged on the links they went on, so the rescue of
+// such a link copies them again. They are a few packets, and only when a link goes
+// into doubt.
 func (s *Session) rescue(l *link) (copied int) {
 	k := s.keys.sending()
 	to := s.refuges(l)
 	if k == nil || len(to) == 0 {
 		return 0
 	}
-	if len(to) > 1 && !to[1].notSuspect() { // a second copy only on a link not in doubt
+	if len(to) > 1 && to[1].isSuspect() { // refuges are up or suspect: no copy into doubt
 		to = to[:1]
 	}
 	to = to[:min(len(to), rescueRefuges)]

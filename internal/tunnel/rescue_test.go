@@ -149,11 +149,6 @@ func TestKeptPackets(t *testing.T) {
 	}
 }
 
-// The primaries die one after the other. The first one's packets in flight are copied
-// to both other links, the healthy second first; when the second is in doubt too, the
-// copies it carried are copied again, to the third (not to the first, in doubt
-// itself). The second's loss notice leaves their numbers out: their originals went on
-// the first link.
 // rescueRig is a session with three links (RTT 20, 10 and 50 ms: the second is the
 // best refuge) that has sent data packets 1-3 on the first; sent collects the data
 // packets each link carries from then on.
@@ -213,8 +208,11 @@ func (r *rescueRig) copies(t *testing.T) map[uint8][]uint32 {
 	return out
 }
 
-// The refuge the copies go to dies next: its rescue copies them on, and its loss
-// notice leaves their numbers out.
+// The primaries die one after the other. The first one's packets in flight are copied
+// to both other links, the healthy second first; when the second is in doubt too, the
+// copies it carried are copied again, to the third (not to the first, in doubt
+// itself). The second's loss notice leaves their numbers out: their originals went on
+// the first link.
 func TestCopiesFollowTheNextLinkIntoDoubt(t *testing.T) {
 	r := newRescueRig(t)
 	s, links := r.s, r.links

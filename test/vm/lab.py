@@ -2032,7 +2032,7 @@ def event_time(e, d=None):
 # The flow's goodput from this long after an outage until the link returns: the level it
 # settled at on the remaining links. Recovery means 90 % of their baselines; on the
 # standby scenario's lossy LTE backup alone the bond settled at 0.81-0.96 (median 0.91)
-# of LTE's own single-flow rate over 30 runs (BENCHMARKS.md), so there the 1-s recovery
+# of LTE's own single-flow rate over 33 runs (BENCHMARKS.md), so there the 1-s recovery
 # target is about where the flow settles, not about the failover.
 FAILOVER_SETTLED_AFTER_S = 2.0
 
