@@ -20,8 +20,10 @@ import (
 // is saved in state_dir, so a CPE killed and started again keeps up3 capped from its
 // first second; a reload that raises the limit (a top-up) puts it back to work.
 func TestDataCapMakesAnUplinkABackup(t *testing.T) {
-	n := newTopology(t)
+	// Made before the topology, so removed after it: the daemons save their counts
+	// into it as they stop, which is at the topology's teardown.
 	stateDir := t.TempDir()
+	n := newTopology(t)
 	b := startBondWith(t, n, bondOptions{
 		uplink: map[int]string{3: "    data_cap:\n      limit: 16MiB\n"},
 		cpe:    "state_dir: " + stateDir + "\n",
