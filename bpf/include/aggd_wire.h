@@ -39,8 +39,9 @@
 #define AGGD_TYPE_LOSS_NOTICE 7
 #define AGGD_TYPE_LINK_PARAMS 8
 #define AGGD_TYPE_LINK_NAMES 9
+#define AGGD_TYPE_REPAIR_REQUEST 10
 #define AGGD_TYPE_MIN AGGD_TYPE_DATA
-#define AGGD_TYPE_MAX AGGD_TYPE_LINK_NAMES
+#define AGGD_TYPE_MAX AGGD_TYPE_REPAIR_REQUEST
 
 /* Flags byte. Unknown bits must be zero so they can be given meaning later
  * without old receivers misreading them. */
@@ -61,6 +62,13 @@
 #define AGGD_LINK_CLASS_OVERFLOW 1
 #define AGGD_LINK_CLASS_BACKUP 2
 #define AGGD_LINK_CLASS_MAX AGGD_LINK_CLASS_BACKUP
+
+/*
+ * REPAIR_REQUEST body: counter (u64), n (u8), then n ranges of 8 bytes: link
+ * id (u8), reserved (u8, zero), count (u16), first link sequence number (u32).
+ * Slow path only.
+ */
+#define AGGD_LINK_SEQ_RANGE_LEN 8
 
 /*
  * The fixed header. Every multi-byte field is big-endian on the wire.

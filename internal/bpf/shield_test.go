@@ -238,7 +238,7 @@ func TestShieldVerdicts(t *testing.T) {
 		{"version 2", frameSpec{payload: bad(0x21, 0)}, xdpDrop, "bad_version"},
 		{"version 15", frameSpec{payload: bad(0xf1, 0)}, xdpDrop, "bad_version"},
 		{"type 0", frameSpec{payload: bad(0x10, 0)}, xdpDrop, "bad_type"},
-		{"type 10", frameSpec{payload: bad(0x1a, 0)}, xdpDrop, "bad_type"},
+		{"type 11", frameSpec{payload: bad(0x1b, 0)}, xdpDrop, "bad_type"},
 		{"type 15", frameSpec{payload: bad(0x1f, 0)}, xdpDrop, "bad_type"},
 		{"flags 0x02", frameSpec{payload: bad(0x11, 0x02)}, xdpDrop, "bad_flags"},
 		{"flags 0x80", frameSpec{payload: bad(0x11, 0x80)}, xdpDrop, "bad_flags"},
@@ -247,7 +247,7 @@ func TestShieldVerdicts(t *testing.T) {
 		{"type before flags", frameSpec{payload: bad(0x10, 0xfe)}, xdpDrop, "bad_type"},
 		{"802.1Q bad version", frameSpec{vlans: []uint16{etherTypeVLAN}, payload: bad(0x21, 0)}, xdpDrop, "bad_version"},
 		{"QinQ bad flags", frameSpec{vlans: []uint16{etherTypeQinQ, etherTypeVLAN}, payload: bad(0x11, 2)}, xdpDrop, "bad_flags"},
-		{"ip options bad type", frameSpec{ipOptions: 10, payload: bad(0x1a, 0)}, xdpDrop, "bad_type"},
+		{"ip options bad type", frameSpec{ipOptions: 10, payload: bad(0x1b, 0)}, xdpDrop, "bad_type"},
 		{"first fragment bad version", frameSpec{fragOff: 0x2000, payload: bad(0x31, 0), udpLenDelta: 1000}, xdpDrop, "bad_version"},
 		{"ipv6 empty", frameSpec{ipv6: true, payload: nil}, xdpDrop, "truncated"},
 		{"ipv6 27 bytes", frameSpec{ipv6: true, payload: validData()[:27]}, xdpDrop, "truncated"},
@@ -256,7 +256,7 @@ func TestShieldVerdicts(t *testing.T) {
 		{"ipv6 payload length beyond frame", frameSpec{ipv6: true, payload: validData(), cut: 1}, xdpDrop, "truncated"},
 		{"ipv6 payload length below udp", frameSpec{ipv6: true, payload: validData(), ipLenDelta: -len(validData()) - 1}, xdpDrop, "truncated"},
 		{"ipv6 version 2", frameSpec{ipv6: true, payload: bad(0x21, 0)}, xdpDrop, "bad_version"},
-		{"ipv6 type 10", frameSpec{ipv6: true, payload: bad(0x1a, 0)}, xdpDrop, "bad_type"},
+		{"ipv6 type 11", frameSpec{ipv6: true, payload: bad(0x1b, 0)}, xdpDrop, "bad_type"},
 		{"ipv6 flags 0x80", frameSpec{ipv6: true, payload: bad(0x11, 0x80)}, xdpDrop, "bad_flags"},
 		{"ipv6 QinQ bad version", frameSpec{ipv6: true, vlans: []uint16{etherTypeQinQ, etherTypeVLAN}, payload: bad(0x21, 0)}, xdpDrop, "bad_version"},
 	}
@@ -522,7 +522,7 @@ func TestShieldStrictAlignment(t *testing.T) {
 	defer objs.Close()
 	s := &Shield{objs: objs}
 	addTestSession(t, s)
-	checkFrame(t, s, "strict: vlan + options, bad type", frameSpec{vlans: []uint16{etherTypeVLAN}, ipOptions: 1, payload: aggdDatagram(0x1a, 0, nil)}.build(), xdpDrop, "bad_type")
+	checkFrame(t, s, "strict: vlan + options, bad type", frameSpec{vlans: []uint16{etherTypeVLAN}, ipOptions: 1, payload: aggdDatagram(0x1b, 0, nil)}.build(), xdpDrop, "bad_type")
 	checkFrame(t, s, "strict: data", frameSpec{payload: validData()}.build(), xdpPass, "pass")
 	checkFrame(t, s, "strict: data, bad tag", frameSpec{payload: badTag(validData())}.build(), xdpDrop, "bad_tag")
 	for _, n := range []int{0, 3, 8, 13, 1444} {

@@ -44,7 +44,5 @@ func (r *Resequencer) Restart(next uint32) {
 	r.ring.head, r.ring.tail, r.ring.marked = none, none, 0
 	r.next = next
 	r.hist = history{}
-	for id := range r.ev.has {
-		r.ev.has[id] = false
-	}
+	r.ev.forget()
 }

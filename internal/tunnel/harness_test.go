@@ -530,6 +530,12 @@ var internet = netip.MustParseAddr("198.51.100.7")
 
 func newBed(t *testing.T, peers ...testPeer) *bed {
 	t.Helper()
+	return newBedWith(t, nil, peers...)
+}
+
+// newBedWith is newBed with the headend's config changed by tweak (if not nil) first.
+func newBedWith(t *testing.T, tweak func(*HeadendConfig), peers ...testPeer) *bed {
+	t.Helper()
 	key, err := handshake.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
@@ -537,6 +543,9 @@ func newBed(t *testing.T, peers ...testPeer) *bed {
 	cfg := HeadendConfig{Local: key, Listen: netip.MustParseAddrPort("127.0.0.1:0"), Session: testSession()}
 	for _, p := range peers {
 		cfg.Peers = append(cfg.Peers, Peer{Name: p.name, Key: p.key.Public(), Prefixes: p.prefixes})
+	}
+	if tweak != nil {
+		tweak(&cfg)
 	}
 	b := &bed{t: t, key: key, heTun: newFakeTun(), heM: metrics.New()}
 	b.he, err = NewHeadend(cfg, b.heTun, b.heM, discard)

@@ -153,13 +153,15 @@ type rxAccount struct {
 	owdFloor    int32 // µs, long-term minimum (base one-way delay incl. clock offset)
 	floorSet    bool
 	lastArrival time.Time
+	peak        queuePeak // the longest queue recently seen (repair.go)
 }
 
 // account records one authenticated data packet and, with gapLoss, returns how many
-// packets the link sequence shows were lost just before it. Without gapLoss (a fast path
-// delivers most packets, so the daemon's own ones have gaps that are no losses) the
-// loss is settled from the whole link sequence span at each feedback (settleLoss).
-func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time.Time, gapLoss bool) (lost uint32) {
+// packets the link sequence shows were lost just before it, and whether they look like
+// a full queue's drops (tailDrop, repair.go). Without gapLoss (a fast path delivers most
+// packets, so the daemon's own ones have gaps that are no losses) the loss is settled
+// from the whole link sequence span at each feedback (settleLoss).
+func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time.Time, gapLoss bool) (lost uint32, tailDrop bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.packets++
@@ -176,8 +178,13 @@ func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time
 		a.highLinkSeq, a.lowLinkSeq, a.seenAny = h.LinkSeq, h.LinkSeq, true
 	}
 	a.owdSample(int32(nowMicros - h.Timestamp))
+	queued := a.owdLast - a.owdFloor
+	if lost > 0 {
+		tailDrop = a.peak.tailDrop(queued, now)
+	}
+	a.peak.note(queued, now)
 	a.lastArrival = now
-	return lost
+	return lost, tailDrop
 }
 
 // owdSample records one one-way-delay sample (µs). Caller holds mu.

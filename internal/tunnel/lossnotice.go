@@ -102,6 +102,23 @@ func (g *sentLog) after(from uint32) []SentEntry {
 	return g.newest(g.countAfter(from))
 }
 
+// find returns the logged packet that carried link sequence number linkSeq, if the log
+// still holds it (repair.go). Entries are in link order, so the search stops at the
+// first older one. Caller holds txMu.
+func (g *sentLog) find(linkSeq uint32) (SentEntry, bool) {
+	held := min(g.n, sentLogSize)
+	for k := uint64(0); k < held; k++ {
+		e := g.ring[(g.n-1-k)%sentLogSize]
+		if e.LinkSeq == linkSeq {
+			return e, true
+		}
+		if !wire.SeqAfter(e.LinkSeq, linkSeq) {
+			break
+		}
+	}
+	return SentEntry{}, false
+}
+
 // countAfter counts the newest logged entries whose link sequence number is after from.
 func (g *sentLog) countAfter(from uint32) uint64 {
 	held := min(g.n, sentLogSize)

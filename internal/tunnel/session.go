@@ -44,6 +44,9 @@ type SessionConfig struct {
 	// PeerMTU, when set, is told the largest inner packet all the peer's links take
 	// (the smallest MTU its LINK_PARAMS announce) whenever that changes.
 	PeerMTU func(peer string, mtu int)
+	// LossRepair: ask the peer to send again what a link lost, and wait for it
+	// (repair.go).
+	LossRepair bool
 }
 
 // sendStall is how long a write to a link's socket may take before the time counts as
@@ -91,6 +94,11 @@ type Session struct {
 	schedDue atomic.Bool
 	aqm      *aqm.Codel  // nil: no dropping at the entry; guarded by txMu
 	kept     keptPackets // the latest packets sent without a copy, for a rescue (rescue.go)
+	// repairWait is how long (ns) the receiver waits for a repair it asked for
+	// (repair.go; 0: it asks for none), set each tick.
+	repairWait atomic.Int64
+	// repairAsked is when (clock.Nanos) the receiver last asked for a repair.
+	repairAsked atomic.Int64
 	// fpAQM schedules the kernel fast path's drops (Codel.Spacing); guarded by txMu.
 	fpAQM *aqm.Codel
 	// bondQueue is the least queueing delay (ns) among the links that carried traffic
@@ -488,7 +496,9 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 		return wire.ReasonBadTag, false
 	}
 	if h.Type == wire.TypeData && h.Duplicate() {
-		s.peerCopied.Store(clock.Nanos())
+		if nanos := clock.Nanos(); !s.awaitingRepair(nanos) { // a repair is no doubt
+			s.peerCopied.Store(nanos)
+		}
 	}
 	l := s.link(h.LinkID)
 	if l == nil {
@@ -503,7 +513,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 			// its link, and the link's accounting must show that: a suspect link whose
 			// copies won every race looked to the sender as if nothing arrived on it,
 			// and stayed suspect for good (quiet.go), its packets counted lost.
-			l.rx.account(h, len(pkt)+28, clock.Micros32(clock.Nanos()), now, s.fp == nil)
+			_, _ = l.rx.account(h, len(pkt)+28, clock.Micros32(clock.Nanos()), now, s.fp == nil)
 			return wire.ReasonReplay, false
 		}
 	} else {
@@ -525,13 +535,17 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 	l.m.rxBytes.Add(float64(len(pkt) + 28))
 	if h.Type == wire.TypeData {
 		nanos := clock.Nanos()
-		if lost := l.rx.account(h, len(pkt)+28, clock.Micros32(nanos), now, s.fp == nil); lost > 0 {
+		lost, tailDrop := l.rx.account(h, len(pkt)+28, clock.Micros32(nanos), now, s.fp == nil)
+		if lost > 0 {
 			l.m.lost.Add(float64(lost))
 		}
 		s.rxMu.Lock()
 		if counted {
 			s.rxInFlight--
 			counted = false
+		}
+		if lost > 0 && !tailDrop && s.awaitRepair(l, lost, nanos) {
+			defer s.requestRepair(l, h.LinkSeq, lost) // after rxMu: it sends
 		}
 		if h.Flags&wire.FlagDuplicate != 0 {
 			s.reseq.PushCopy(nanos, h.Seq, h.LinkID, pkt[wire.HeaderLen:], s.deliver) // late copies too (rescue.go)
@@ -629,6 +643,8 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 		s.notePeerMTU(body.Links)
 	case wire.LinkNamesBody:
 		s.onLinkNames(body)
+	case wire.RepairRequestBody:
+		s.onRepairRequest(body)
 	}
 }
 
@@ -895,6 +911,12 @@ func (s *Session) adaptHold(now time.Time, links []*link) {
 	hold := time.Duration(hi-lo+2*jitter)*time.Microsecond + holdMargin
 	if n < 2 || hold > s.cfg.MaxHold {
 		hold = s.cfg.MaxHold
+	}
+	if s.cfg.LossRepair && s.fp == nil {
+		// The hold timer must not give a gap up before its repair can come.
+		wait := repairTime(links, s.cfg.MaxHold)
+		s.repairWait.Store(int64(wait))
+		hold = max(hold, wait)
 	}
 	s.rxMu.Lock()
 	s.reseq.SetHold(int64(hold))

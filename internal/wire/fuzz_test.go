@@ -116,6 +116,11 @@ func FuzzParseLinkNames(f *testing.F) {
 	fuzzBody(f, seed, ParseLinkNames, LinkNamesBody.Marshal)
 }
 
+func FuzzParseRepairRequest(f *testing.F) {
+	seed := RepairRequestBody{Counter: 1, Gaps: []LinkSeqRange{{LinkID: 2, Count: 1, Start: 9}, {LinkID: 0, Count: 3, Start: 0xffffffff}}}.Marshal()
+	fuzzBody(f, seed, ParseRepairRequest, RepairRequestBody.Marshal)
+}
+
 func FuzzCheckData(f *testing.F) {
 	f.Add(ipv4Packet(20))
 	f.Add(ipv6Packet(0))

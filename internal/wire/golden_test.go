@@ -199,6 +199,9 @@ func goldenSpecs() []spec {
 		{LinkID: 0, Name: "dsl"}, {LinkID: 1, Name: "cable-1.b_2"}, {LinkID: 2, Name: "lte"},
 	}}.Marshal())
 	linkNamesEmpty := sealed(ctrlKey, ctrlHdr(wire.TypeLinkNames), wire.LinkNamesBody{Counter: 15}.Marshal())
+	repairRequest := sealed(ctrlKey, ctrlHdr(wire.TypeRepairRequest), wire.RepairRequestBody{Counter: 16, Gaps: []wire.LinkSeqRange{
+		{LinkID: 2, Count: 1, Start: 0x01020304}, {LinkID: 0, Count: 3, Start: 0xffffffff},
+	}}.Marshal())
 	// The first entry starts after the header, counter and count; its name at +2.
 	firstName := wire.HeaderLen + 9 + 2
 
@@ -233,6 +236,10 @@ func goldenSpecs() []spec {
 		// Type 9 was bad_type before LINK_NAMES: a probe's body under type 9 is now a
 		// LINK_NAMES body that ends inside its count.
 		{name: "type_9_is_link_names", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x19)), reason: wire.ReasonBadLength},
+		{name: "repair_request_wrapping_range", key: ctrlKey, pkt: repairRequest},
+		// Type 10 was bad_type before REPAIR_REQUEST: a probe's body under type 10 is now
+		// a REPAIR_REQUEST body that ends inside its count.
+		{name: "type_10_is_repair_request", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x1a)), reason: wire.ReasonBadLength},
 
 		// Bad tags.
 		{name: "bad_tag_bit_flipped", key: sipPaperKey, pkt: mutate(dataV4, func(b []byte) { b[27] ^= 0x01 }), reason: wire.ReasonBadTag},
@@ -247,7 +254,7 @@ func goldenSpecs() []spec {
 		{name: "bad_version_2", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(0, 0x21)), reason: wire.ReasonBadVersion},
 		{name: "bad_version_0", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(0, 0x01)), reason: wire.ReasonBadVersion},
 		{name: "bad_type_0", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x10)), reason: wire.ReasonBadType},
-		{name: "bad_type_10", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x1a)), reason: wire.ReasonBadType},
+		{name: "bad_type_11", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x1b)), reason: wire.ReasonBadType},
 		{name: "bad_type_15", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x1f)), reason: wire.ReasonBadType},
 		{name: "bad_flags_0x02", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(1, 0x02)), reason: wire.ReasonBadFlags},
 		{name: "bad_flags_0x81", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(1, 0x81)), reason: wire.ReasonBadFlags},
@@ -274,6 +281,8 @@ func goldenSpecs() []spec {
 		{name: "bad_body_feedback_reserved", key: ctrlKey, pkt: resealed(ctrlKey, feedback, setByte(wire.HeaderLen+9+32+2, 1)), reason: wire.ReasonBadBody},
 		{name: "bad_length_loss_notice_trailing_byte", key: ctrlKey, pkt: resealed(ctrlKey, lossNotice, extend(0)), reason: wire.ReasonBadLength},
 		{name: "bad_length_loss_notice_count_too_small", key: ctrlKey, pkt: resealed(ctrlKey, lossNotice, setByte(wire.HeaderLen+8, 1)), reason: wire.ReasonBadLength},
+		{name: "bad_length_repair_request_trailing_byte", key: ctrlKey, pkt: resealed(ctrlKey, repairRequest, extend(0)), reason: wire.ReasonBadLength},
+		{name: "bad_body_repair_request_reserved", key: ctrlKey, pkt: resealed(ctrlKey, repairRequest, setByte(wire.HeaderLen+9+1, 1)), reason: wire.ReasonBadBody},
 		{name: "bad_length_link_params_trailing_byte", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, extend(0)), reason: wire.ReasonBadLength},
 		{name: "bad_length_link_params_count_too_big", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, setByte(wire.HeaderLen+8, 4)), reason: wire.ReasonBadLength},
 		{name: "bad_body_link_params_class_3", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, setByte(wire.HeaderLen+9+12+1, 3)), reason: wire.ReasonBadBody},

@@ -64,6 +64,7 @@ const (
 	TypeLossNotice    Type = 7
 	TypeLinkParams    Type = 8
 	TypeLinkNames     Type = 9
+	TypeRepairRequest Type = 10
 )
 
 var typeNames = [...]string{
@@ -76,10 +77,11 @@ var typeNames = [...]string{
 	TypeLossNotice:    "loss_notice",
 	TypeLinkParams:    "link_params",
 	TypeLinkNames:     "link_names",
+	TypeRepairRequest: "repair_request",
 }
 
 // Valid reports whether t is a type version 1 defines.
-func (t Type) Valid() bool { return t >= TypeData && t <= TypeLinkNames }
+func (t Type) Valid() bool { return t >= TypeData && t <= TypeRepairRequest }
 
 // String gives the snake_case name (suitable as a metric label).
 func (t Type) String() string {

@@ -34,7 +34,7 @@ func TestHeaderLayoutByHand(t *testing.T) {
 }
 
 func TestHeaderRoundTripEveryType(t *testing.T) {
-	for typ := TypeData; typ <= TypeLinkNames; typ++ {
+	for typ := TypeData; typ <= TypeRepairRequest; typ++ {
 		h := Header{Type: typ, LinkID: 254, KeyID: 255, Session: ^uint32(0), Seq: ^uint32(0), LinkSeq: 1, Timestamp: 2, Tag: ^uint64(0)}
 		b := make([]byte, HeaderLen)
 		h.Put(b)
@@ -64,7 +64,7 @@ func TestParseHeaderRejects(t *testing.T) {
 		{"version 2", with(0, 0x21), ReasonBadVersion},
 		{"version 15", with(0, 0xf1), ReasonBadVersion},
 		{"type 0", with(0, 0x10), ReasonBadType},
-		{"type 10", with(0, 0x1a), ReasonBadType},
+		{"type 11", with(0, 0x1b), ReasonBadType},
 		{"type 15", with(0, 0x1f), ReasonBadType},
 		{"flag 0x02", with(1, 0x02), ReasonBadFlags},
 		{"flag 0x80", with(1, 0x80), ReasonBadFlags},
@@ -99,14 +99,14 @@ func TestTypeString(t *testing.T) {
 	if TypeFeedback.String() != "feedback" || TypeHandshakeInit.String() != "handshake_init" || TypeLinkParams.String() != "link_params" {
 		t.Errorf("names: %s, %s, %s", TypeFeedback, TypeHandshakeInit, TypeLinkParams)
 	}
-	if !TypeLinkNames.Valid() || Type(10).Valid() || Type(0).Valid() {
-		t.Errorf("Valid: link_names %v, 10 %v, 0 %v", TypeLinkNames.Valid(), Type(10).Valid(), Type(0).Valid())
+	if !TypeRepairRequest.Valid() || Type(11).Valid() || Type(0).Valid() {
+		t.Errorf("Valid: repair_request %v, 11 %v, 0 %v", TypeRepairRequest.Valid(), Type(11).Valid(), Type(0).Valid())
 	}
-	if TypeLinkNames.String() != "link_names" {
-		t.Errorf("type 9 prints as %q", TypeLinkNames)
+	if TypeLinkNames.String() != "link_names" || TypeRepairRequest.String() != "repair_request" {
+		t.Errorf("types 9 and 10 print as %q and %q", TypeLinkNames, TypeRepairRequest)
 	}
-	if Type(10).String() != "type(10)" {
-		t.Errorf("undefined type prints as %q", Type(10))
+	if Type(11).String() != "type(11)" {
+		t.Errorf("undefined type prints as %q", Type(11))
 	}
 }
 

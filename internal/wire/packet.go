@@ -2,7 +2,7 @@ package wire
 
 // Body is a decoded message body: Data for DATA, HandshakeBody for both handshake
 // types, and ProbeBody, ProbeReplyBody, FeedbackBody, LossNoticeBody, LinkParamsBody
-// or LinkNamesBody.
+// LinkNamesBody or RepairRequestBody.
 // Receivers type-switch on it; Append encodes it.
 type Body interface {
 	Append(dst []byte) []byte
@@ -59,6 +59,8 @@ func parseBody(t Type, b []byte) (Body, error) {
 		return asBody(ParseLinkParams(b))
 	case TypeLinkNames:
 		return asBody(ParseLinkNames(b))
+	case TypeRepairRequest:
+		return asBody(ParseRepairRequest(b))
 	}
 	// ParseHeader has already rejected every other type.
 	return nil, errorf(ReasonBadType, "message type %d is not defined", uint8(t))
@@ -87,6 +89,8 @@ func (m Message) Counter() uint64 {
 	case LinkParamsBody:
 		return b.Counter
 	case LinkNamesBody:
+		return b.Counter
+	case RepairRequestBody:
 		return b.Counter
 	}
 	return 0

@@ -19,6 +19,7 @@ func sampleMessages() []Message {
 		{hdr(TypeLossNotice), LossNoticeBody{Counter: 4, Ranges: []SeqRange{{Start: 5, Count: 6}}}},
 		{hdr(TypeLinkParams), LinkParamsBody{Counter: 5, Links: []LinkParam{{LinkID: 0, Class: LinkClassOverflow, RateBps: 50_000_000}}}},
 		{hdr(TypeLinkNames), LinkNamesBody{Counter: 6, Links: []LinkName{{LinkID: 0, Name: "dsl"}, {LinkID: 4, Name: "lte"}}}},
+		{hdr(TypeRepairRequest), RepairRequestBody{Counter: 7, Gaps: []LinkSeqRange{{LinkID: 2, Count: 3, Start: 0xfffffffe}}}},
 	}
 }
 
@@ -40,7 +41,7 @@ func TestParseDispatchesByType(t *testing.T) {
 
 func TestMessageCounter(t *testing.T) {
 	want := map[Type]uint64{TypeData: 0, TypeHandshakeInit: 0, TypeHandshakeResp: 0,
-		TypeProbe: 1, TypeProbeReply: 2, TypeFeedback: 3, TypeLossNotice: 4, TypeLinkParams: 5, TypeLinkNames: 6}
+		TypeProbe: 1, TypeProbeReply: 2, TypeFeedback: 3, TypeLossNotice: 4, TypeLinkParams: 5, TypeLinkNames: 6, TypeRepairRequest: 7}
 	for _, m := range sampleMessages() {
 		if got := m.Counter(); got != want[m.Header.Type] {
 			t.Errorf("%s: Counter() = %d, want %d", m.Header.Type, got, want[m.Header.Type])

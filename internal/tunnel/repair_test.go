@@ -1,0 +1,159 @@
+package tunnel
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/reseq"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// repairBed is a CPE with one uplink and a headend, both with loss repair as asked,
+// warmed up so that the headend knows the link's RTT (and so its repair time).
+type repairBed struct {
+	*bed
+	n      *cpeNode
+	he, cp *Session // the headend's and the CPE's session
+}
+
+func newRepairBed(t *testing.T, repair bool) *repairBed {
+	p := newPeer(t, "cpe1", "100.64.0.2")
+	b := newBedWith(t, func(c *HeadendConfig) { c.Session.LossRepair = repair }, p)
+	n := b.startCPEWith(p, 1, time.Hour, func(c *CPEConfig) { c.Session.LossRepair = repair })
+	b.waitReady(n)
+	b.up(n, 20)
+	rb := &repairBed{bed: b, n: n, he: b.session(p.name), cp: n.c.session.Load()}
+	if repair {
+		waitFor(t, "the headend's repair time", func() bool { return rb.he.repairWait.Load() > 0 })
+	}
+	return rb
+}
+
+// dropOneUp drops the fifth upstream DATA packet that is not a copy, calling also (if
+// not nil) just before it does.
+func (b *repairBed) dropOneUp(also func()) {
+	var seen atomic.Int32
+	b.relay.setHook(func(m *mapping, up bool, pkt []byte) []byte {
+		if up && isData(pkt) && pkt[1]&wire.FlagDuplicate == 0 && seen.Add(1) == 5 {
+			if also != nil {
+				also()
+			}
+			return nil
+		}
+		return pkt
+	})
+}
+
+func (b *repairBed) reseqStats() reseq.Stats {
+	b.he.rxMu.Lock()
+	defer b.he.rxMu.Unlock()
+	return b.he.reseq.Stats()
+}
+
+// A data packet lost on the only link: the headend asks for it, the CPE sends it
+// again, and every packet reaches the far end, in order (b.up fails on a loss or a
+// reordering). Without loss repair the same drop is a loss.
+func TestLostPacketIsSentAgain(t *testing.T) {
+	b := newRepairBed(t, true)
+	before := b.reseqStats()
+	b.dropOneUp(nil)
+	b.up(b.n, 50)
+	b.relay.setHook(nil)
+	after := b.reseqStats()
+	if lost := after.Lost - before.Lost; lost != 0 {
+		t.Errorf("%d packets given up; want none (the lost one sent again)", lost)
+	}
+	if w := after.RepairWaits - before.RepairWaits; w != 1 {
+		t.Errorf("the headend waited for %d repairs, want 1", w)
+	}
+	if v := gauge(b.heM.RepairRequested.WithLabelValues("cpe1")); v != 1 {
+		t.Errorf("headend asked for %v packets, want 1", v)
+	}
+	if v := gauge(b.n.m.RepairResent.WithLabelValues("headend")); v != 1 {
+		t.Errorf("CPE sent %v packets again, want 1", v)
+	}
+	if b.he.peerCopied.Load() != 0 {
+		t.Error("the headend took the repair, flagged as a copy, for the CPE doubting its link")
+	}
+}
+
+func TestWithoutLossRepairALostPacketIsLost(t *testing.T) {
+	b := newRepairBed(t, false)
+	before := b.reseqStats()
+	b.dropOneUp(nil)
+	pkts := packets(b.n.peer.addr, internet, 50)
+	for _, p := range pkts {
+		b.n.tun.inject(t, p)
+	}
+	got := 0
+	waitFor(t, "49 of 50 packets through", func() bool { got += len(b.heTun.pending()); return got >= 49 })
+	b.relay.setHook(nil)
+	after := b.reseqStats()
+	if lost, w := after.Lost-before.Lost, after.RepairWaits-before.RepairWaits; lost != 1 || w != 0 {
+		t.Errorf("%d packets given up after %d repair waits; want 1 and none", lost, w)
+	}
+	if v := gauge(b.heM.RepairRequested.WithLabelValues("cpe1")); v != 0 {
+		t.Errorf("headend asked for %v packets with loss repair off", v)
+	}
+}
+
+// The CPE no longer keeps the lost packet: it names it in a loss notice instead, and
+// the headend gives it up.
+func TestPacketThatCannotBeSentAgainIsNoticedLost(t *testing.T) {
+	b := newRepairBed(t, true)
+	before := b.reseqStats()
+	b.dropOneUp(func() {
+		b.cp.txMu.Lock()
+		b.cp.kept = keptPackets{}
+		b.cp.txMu.Unlock()
+	})
+	pkts := packets(b.n.peer.addr, internet, 50)
+	for _, p := range pkts {
+		b.n.tun.inject(t, p)
+	}
+	got := 0
+	waitFor(t, "49 of 50 packets through", func() bool { got += len(b.heTun.pending()); return got >= 49 })
+	waitFor(t, "the loss notice", func() bool { return gauge(b.heM.LossNoticeReceived.WithLabelValues("cpe1")) >= 1 })
+	b.relay.setHook(nil)
+	if lost := b.reseqStats().Lost - before.Lost; lost != 1 {
+		t.Errorf("%d packets given up, want 1", lost)
+	}
+	if v := gauge(b.n.m.RepairUnavailable.WithLabelValues("headend")); v != 1 {
+		t.Errorf("CPE named %v packets it could not send again, want 1", v)
+	}
+	if v := gauge(b.n.m.RepairResent.WithLabelValues("headend")); v != 0 {
+		t.Errorf("CPE sent %v packets again that it no longer had", v)
+	}
+}
+
+// A loss before a packet that queued about as long as the link's recent peak is a full
+// queue's drop; one at a shorter queue, or behind less than 5 ms, looks random. The
+// peak is forgotten after 5 to 10 s.
+func TestTailDropsAreToldFromRandomLoss(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var p queuePeak
+	for i, q := range []int32{2000, 30000, 50000, 48000, 20000} { // µs
+		p.note(q, t0.Add(time.Duration(i)*100*time.Millisecond))
+	}
+	at := t0.Add(time.Second)
+	for _, c := range []struct {
+		queued int32
+		want   bool
+	}{{49000, true}, {40000, true}, {39000, false}, {10000, false}} {
+		if got := p.tailDrop(c.queued, at); got != c.want {
+			t.Errorf("loss before a packet queued %d µs (peak 50000): tail drop %v, want %v", c.queued, got, c.want)
+		}
+	}
+	var small queuePeak
+	small.note(3000, t0)
+	if small.tailDrop(4000, t0) {
+		t.Error("a loss behind 4 ms of queue counted as a tail drop")
+	}
+	// 11 s later the 50-ms peak is gone: 10 ms of queue is now the peak.
+	later := t0.Add(11 * time.Second)
+	p.note(10000, later)
+	if !p.tailDrop(10000, later) {
+		t.Error("the 50-ms peak of 11 s ago still counts")
+	}
+}
