@@ -69,10 +69,10 @@ type Reorder struct {
 	MaxHold time.Duration `yaml:"max_hold"`
 	// MaxBuffer caps the memory held for out-of-order packets per session.
 	MaxBuffer Size `yaml:"max_buffer"`
-	// LossRepair asks the peer to send again what a link lost, and holds the gap for
-	// about one RTT of the best link until it comes (userspace datapath). Off by
-	// default: in the lab it repaired a full queue's drops too, and hid them from the
-	// flows (BENCHMARKS.md, "Loss repair").
+	// LossRepair asks the peer to send again what a link lost at random, and holds the
+	// gap for about one RTT of the best link until it comes (userspace datapath). Off
+	// by default: it trades latency under load for throughput, which suits a lossy
+	// line (BENCHMARKS.md, "Loss repair").
 	LossRepair bool `yaml:"loss_repair"`
 }
 

@@ -154,22 +154,26 @@ type rxAccount struct {
 	floorSet    bool
 	lastArrival time.Time
 	peak        queuePeak // the longest queue recently seen (repair.go)
+	// repairBudget is what the receiver may still ask the peer to send again on the
+	// link, in hundredths of a packet (repair.go).
+	repairBudget uint32
 }
 
-// account records one authenticated data packet and, with gapLoss, returns how many
-// packets the link sequence shows were lost just before it, and whether they look like
-// a full queue's drops (tailDrop, repair.go). Without gapLoss (a fast path delivers most
-// packets, so the daemon's own ones have gaps that are no losses) the loss is settled
-// from the whole link sequence span at each feedback (settleLoss).
-func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time.Time, gapLoss bool) (lost uint32, tailDrop bool) {
+// account records one authenticated data packet and, with gapLoss, returns the gap
+// the link sequence shows just before it: how many packets were lost, and what the
+// packet's queueing says of them (rxGap, repair.go). Without gapLoss (a fast path
+// delivers most packets, so the daemon's own ones have gaps that are no losses) the
+// loss is settled from the whole link sequence span at each feedback (settleLoss).
+func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time.Time, gapLoss bool) (gap rxGap) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.packets++
 	a.bytes += uint64(size)
+	a.earnRepair()
 	if a.seenAny {
 		if d := wire.SeqDiff(h.LinkSeq, a.highLinkSeq); d > 1 && gapLoss {
-			lost = uint32(d - 1)
-			a.lost += lost
+			gap.lost = uint32(d - 1)
+			a.lost += gap.lost
 		}
 		if wire.SeqAfter(h.LinkSeq, a.highLinkSeq) {
 			a.highLinkSeq = h.LinkSeq
@@ -178,13 +182,13 @@ func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time
 		a.highLinkSeq, a.lowLinkSeq, a.seenAny = h.LinkSeq, h.LinkSeq, true
 	}
 	a.owdSample(int32(nowMicros - h.Timestamp))
-	queued := a.owdLast - a.owdFloor
-	if lost > 0 {
-		tailDrop = a.peak.tailDrop(queued, now)
+	gap.queued = a.owdLast - a.owdFloor
+	if gap.lost > 0 {
+		gap.peak = a.peak.at(now)
 	}
-	a.peak.note(queued, now)
+	a.peak.note(gap.queued, now)
 	a.lastArrival = now
-	return lost, tailDrop
+	return gap
 }
 
 // owdSample records one one-way-delay sample (µs). Caller holds mu.

@@ -10,7 +10,8 @@ import (
 )
 
 // repairBed is a CPE with one uplink and a headend, both with loss repair as asked,
-// warmed up so that the headend knows the link's RTT (and so its repair time).
+// warmed up so that the headend knows the link's RTT (and so its repair time) and has
+// a repair budget for it.
 type repairBed struct {
 	*bed
 	n      *cpeNode
@@ -22,7 +23,7 @@ func newRepairBed(t *testing.T, repair bool) *repairBed {
 	b := newBedWith(t, func(c *HeadendConfig) { c.Session.LossRepair = repair }, p)
 	n := b.startCPEWith(p, 1, time.Hour, func(c *CPEConfig) { c.Session.LossRepair = repair })
 	b.waitReady(n)
-	b.up(n, 20)
+	b.up(n, 50) // the link earns its repair budget: 3 % of the packets it carries
 	rb := &repairBed{bed: b, n: n, he: b.session(p.name), cp: n.c.session.Load()}
 	if repair {
 		waitFor(t, "the headend's repair time", func() bool { return rb.he.repairWait.Load() > 0 })
@@ -141,19 +142,49 @@ func TestTailDropsAreToldFromRandomLoss(t *testing.T) {
 		queued int32
 		want   bool
 	}{{49000, true}, {40000, true}, {39000, false}, {10000, false}} {
-		if got := p.tailDrop(c.queued, at); got != c.want {
-			t.Errorf("loss before a packet queued %d µs (peak 50000): tail drop %v, want %v", c.queued, got, c.want)
+		g := rxGap{lost: 1, queued: c.queued, peak: p.at(at)}
+		if got := g.tailDrop(0); got != c.want {
+			t.Errorf("loss before a packet queued %d µs (peak %d): tail drop %v, want %v", c.queued, g.peak, got, c.want)
 		}
 	}
 	var small queuePeak
 	small.note(3000, t0)
-	if small.tailDrop(4000, t0) {
+	if (rxGap{lost: 1, queued: 4000, peak: small.at(t0)}).tailDrop(0) {
 		t.Error("a loss behind 4 ms of queue counted as a tail drop")
+	}
+	// Beyond the most the bond's AQM lets a link queue, a loss is a tail drop even far
+	// below the peak.
+	if g := (rxGap{lost: 1, queued: 31000, peak: 80000}); !g.tailDrop(30000) || g.tailDrop(0) {
+		t.Errorf("31 ms of queue under an 80-ms peak: tail drop %v with a 30-ms ceiling (want true), %v without (want false)",
+			g.tailDrop(30000), g.tailDrop(0))
 	}
 	// 11 s later the 50-ms peak is gone: 10 ms of queue is now the peak.
 	later := t0.Add(11 * time.Second)
 	p.note(10000, later)
-	if !p.tailDrop(10000, later) {
-		t.Error("the 50-ms peak of 11 s ago still counts")
+	if peak := p.at(later); peak != 10000 {
+		t.Errorf("the peak 11 s after a 50-ms one and at a 10-ms sample is %d µs, want 10000", peak)
+	}
+}
+
+// The repair budget: 3 % of a link's packets, at most 8 at once.
+func TestRepairBudget(t *testing.T) {
+	var a rxAccount
+	h := &wire.Header{}
+	for i := range 100 {
+		h.LinkSeq = uint32(i)
+		a.account(h, 100, 0, time.Unix(0, 0), true)
+	}
+	if !a.spendRepair(2) || !a.spendRepair(1) {
+		t.Fatal("100 packets did not earn 3 repairs")
+	}
+	if a.spendRepair(1) {
+		t.Error("a fourth repair after 100 packets")
+	}
+	for i := range 1000 {
+		h.LinkSeq = uint32(100 + i)
+		a.account(h, 100, 0, time.Unix(0, 0), true)
+	}
+	if a.spendRepair(9) || !a.spendRepair(8) {
+		t.Error("the budget does not stop at 8 packets")
 	}
 }

@@ -513,7 +513,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 			// its link, and the link's accounting must show that: a suspect link whose
 			// copies won every race looked to the sender as if nothing arrived on it,
 			// and stayed suspect for good (quiet.go), its packets counted lost.
-			_, _ = l.rx.account(h, len(pkt)+28, clock.Micros32(clock.Nanos()), now, s.fp == nil)
+			l.rx.account(h, len(pkt)+28, clock.Micros32(clock.Nanos()), now, s.fp == nil)
 			return wire.ReasonReplay, false
 		}
 	} else {
@@ -535,17 +535,17 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 	l.m.rxBytes.Add(float64(len(pkt) + 28))
 	if h.Type == wire.TypeData {
 		nanos := clock.Nanos()
-		lost, tailDrop := l.rx.account(h, len(pkt)+28, clock.Micros32(nanos), now, s.fp == nil)
-		if lost > 0 {
-			l.m.lost.Add(float64(lost))
+		gap := l.rx.account(h, len(pkt)+28, clock.Micros32(nanos), now, s.fp == nil)
+		if gap.lost > 0 {
+			l.m.lost.Add(float64(gap.lost))
 		}
 		s.rxMu.Lock()
 		if counted {
 			s.rxInFlight--
 			counted = false
 		}
-		if lost > 0 && !tailDrop && s.awaitRepair(l, lost, nanos) {
-			defer s.requestRepair(l, h.LinkSeq, lost) // after rxMu: it sends
+		if gap.lost > 0 && s.awaitRepair(l, gap, nanos) {
+			defer s.requestRepair(l, h.LinkSeq, gap.lost) // after rxMu: it sends
 		}
 		if h.Flags&wire.FlagDuplicate != 0 {
 			s.reseq.PushCopy(nanos, h.Seq, h.LinkID, pkt[wire.HeaderLen:], s.deliver) // late copies too (rescue.go)
