@@ -4,7 +4,7 @@ package tunnel
 // radio, a noisy DSL line) is a loss for the flow it belonged to: the resequencer gives
 // its number up as soon as the link's next packet shows the gap (FIFO evidence), and
 // TCP halves its window. On three links with 1 % random loss (the lab's lossy
-// scenario) one CUBIC flow got 0.64–0.77 of the links' sum; with loss repair,
+// scenario) one CUBIC flow got 0.59–0.77 of the links' sum; with loss repair,
 // 0.84–0.88, for 25–30 ms more latency under load: the flow fills the queues the AQM
 // allows, and each repair holds what follows it for an RTT. That trade suits a lossy
 // line, not every bond, so reorder.loss_repair is off by default (BENCHMARKS.md).
