@@ -197,21 +197,42 @@ func (s *Session) awaitingRepair(nanos int64) bool {
 	return at != 0 && nanos-at <= s.repairWait.Load()
 }
 
+// maxRepairsPerRequest bounds what one REPAIR_REQUEST makes the sender send again
+// (its ranges may name 255 × 8 packets): a receiver asks for one gap at a time.
+const maxRepairsPerRequest = 64
+
+// trimGaps caps each range at maxRepairGap packets and all of them together at
+// maxRepairsPerRequest.
+func trimGaps(gaps []wire.LinkSeqRange) []wire.LinkSeqRange {
+	out := make([]wire.LinkSeqRange, 0, len(gaps))
+	left := uint16(maxRepairsPerRequest)
+	for _, g := range gaps {
+		if left == 0 {
+			break
+		}
+		g.Count = min(g.Count, maxRepairGap, left)
+		left -= g.Count
+		out = append(out, g)
+	}
+	return out
+}
+
 // onRepairRequest sends again what the peer asks for, on the best link, and names in a
 // loss notice what it cannot send again.
 func (s *Session) onRepairRequest(body wire.RepairRequestBody) {
+	gaps := trimGaps(body.Gaps)
 	k := s.keys.sending()
 	via := s.refuge(nil)
 	var gone []uint32
 	resent := 0
 	now := clock.Nanos()
 	s.txMu.Lock()
-	for _, g := range body.Gaps {
+	for _, g := range gaps {
 		l := s.link(g.LinkID)
 		if l == nil {
 			continue
 		}
-		for i := range uint32(min(g.Count, maxRepairGap)) {
+		for i := range uint32(g.Count) {
 			e, ok := l.sent.find(g.Start + i)
 			if !ok {
 				continue // sent with a copy (not logged), or forgotten: the peer's wait ends it
@@ -231,7 +252,7 @@ func (s *Session) onRepairRequest(body wire.RepairRequestBody) {
 		}
 	}
 	s.txMu.Unlock()
-	gone = append(gone, s.kernelSent(body.Gaps)...)
+	gone = append(gone, s.kernelSent(gaps)...)
 	if len(gone) > 0 {
 		s.noticeLost(gone)
 	}
@@ -239,16 +260,16 @@ func (s *Session) onRepairRequest(body wire.RepairRequestBody) {
 	s.m.RepairUnavailable.WithLabelValues(s.cfg.Peer).Add(float64(len(gone)))
 }
 
-// kernelSent returns the global sequence numbers of the packets in gaps that the kernel
-// fast path sent (none without it): it keeps no copies, so they cannot be sent again.
+// kernelSent returns the global sequence numbers of the packets in gaps (trimmed) that
+// the kernel fast path sent (none without it): it keeps no copies, so they cannot be
+// sent again.
 func (s *Session) kernelSent(gaps []wire.LinkSeqRange) []uint32 {
 	if s.fp == nil {
 		return nil
 	}
 	var seqs []uint32
 	for _, g := range gaps {
-		n := uint32(min(g.Count, maxRepairGap))
-		sent, _ := s.fp.SentOn(g.LinkID, g.Start-1, g.Start+n-1)
+		sent, _ := s.fp.SentOn(g.LinkID, g.Start-1, g.Start+uint32(g.Count)-1)
 		seqs = append(seqs, seqsOf(sent)...)
 	}
 	return seqs

@@ -188,3 +188,25 @@ func TestRepairBudget(t *testing.T) {
 		t.Error("the budget does not stop at 8 packets")
 	}
 }
+
+// One request makes the sender send again at most 8 packets per range and 64 in all.
+func TestRepairRequestIsTrimmed(t *testing.T) {
+	var gaps []wire.LinkSeqRange
+	for i := range 255 {
+		gaps = append(gaps, wire.LinkSeqRange{LinkID: uint8(i % 3), Count: 0xffff, Start: uint32(i) << 16})
+	}
+	got := trimGaps(gaps)
+	total := 0
+	for _, g := range got {
+		if g.Count > maxRepairGap {
+			t.Errorf("a range of %d packets kept", g.Count)
+		}
+		total += int(g.Count)
+	}
+	if total != maxRepairsPerRequest || len(got) != maxRepairsPerRequest/maxRepairGap {
+		t.Errorf("trimmed to %d ranges, %d packets; want 8 ranges, 64 packets", len(got), total)
+	}
+	if one := trimGaps([]wire.LinkSeqRange{{LinkID: 1, Count: 3, Start: 7}}); len(one) != 1 || one[0].Count != 3 {
+		t.Errorf("a small request was changed: %+v", one)
+	}
+}
