@@ -153,15 +153,18 @@ type rxAccount struct {
 	owdFloor    int32 // µs, long-term minimum (base one-way delay incl. clock offset)
 	floorSet    bool
 	lastArrival time.Time
-	peak        queuePeak // the longest queue recently seen (repair.go)
+	// repairs: the receiver asks for this link's losses (Session.asksRepairs), so the
+	// two fields below are kept; otherwise the per-packet path leaves them alone.
+	repairs bool
+	peak    queuePeak // the longest queue recently seen (repair.go)
 	// repairBudget is what the receiver may still ask the peer to send again on the
 	// link, in hundredths of a packet (repair.go).
 	repairBudget uint32
 }
 
 // account records one authenticated data packet and, with gapLoss, returns the gap
-// the link sequence shows just before it: how many packets were lost, and what the
-// packet's queueing says of them (rxGap, repair.go). Without gapLoss (a fast path
+// the link sequence shows just before it: how many packets were lost, and (if the
+// receiver asks for repairs) what the packet's queueing says of them (rxGap, repair.go). Without gapLoss (a fast path
 // delivers most packets, so the daemon's own ones have gaps that are no losses) the
 // loss is settled from the whole link sequence span at each feedback (settleLoss).
 func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time.Time, gapLoss bool) (gap rxGap) {
@@ -169,7 +172,6 @@ func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time
 	defer a.mu.Unlock()
 	a.packets++
 	a.bytes += uint64(size)
-	a.earnRepair()
 	if a.seenAny {
 		if d := wire.SeqDiff(h.LinkSeq, a.highLinkSeq); d > 1 && gapLoss {
 			gap.lost = uint32(d - 1)
@@ -182,11 +184,14 @@ func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time
 		a.highLinkSeq, a.lowLinkSeq, a.seenAny = h.LinkSeq, h.LinkSeq, true
 	}
 	a.owdSample(int32(nowMicros - h.Timestamp))
-	gap.queued = a.owdLast - a.owdFloor
-	if gap.lost > 0 {
-		gap.peak = a.peak.at(now)
+	if a.repairs {
+		a.earnRepair()
+		gap.queued = a.owdLast - a.owdFloor
+		if gap.lost > 0 {
+			gap.peak = a.peak.at(now)
+		}
+		a.peak.note(gap.queued, now)
 	}
-	a.peak.note(gap.queued, now)
 	a.lastArrival = now
 	return gap
 }

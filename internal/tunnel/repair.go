@@ -148,13 +148,17 @@ func repairTime(links []*link, maxHold time.Duration) time.Duration {
 	return min(best+best/4+repairMargin, maxHold)
 }
 
+// asksRepairs reports whether this end asks its peer for lost packets: loss repair is
+// on, and no kernel fast path hides the link sequence gaps.
+func (s *Session) asksRepairs() bool { return s.cfg.LossRepair && s.fp == nil }
+
 // awaitRepair is called for a data packet that showed lost packets on its link (gap):
 // if they are to be repaired, it holds the link's evidence back for the repair time and
 // reports that the caller should send a request (requestRepair) once it has pushed the
 // packet. Caller holds rxMu.
 func (s *Session) awaitRepair(l *link, gap rxGap, nanos int64) bool {
 	wait := s.repairWait.Load()
-	if !s.cfg.LossRepair || s.fp != nil || wait == 0 {
+	if !l.rx.repairs || wait == 0 {
 		return false
 	}
 	repair := gap.lost <= maxRepairGap && !gap.tailDrop(s.queueCeiling()) && l.rx.spendRepair(gap.lost)

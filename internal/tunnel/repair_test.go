@@ -168,7 +168,7 @@ func TestTailDropsAreToldFromRandomLoss(t *testing.T) {
 
 // The repair budget: 3 % of a link's packets, at most 8 at once.
 func TestRepairBudget(t *testing.T) {
-	var a rxAccount
+	a := rxAccount{repairs: true}
 	h := &wire.Header{}
 	for i := range 100 {
 		h.LinkSeq = uint32(i)

@@ -199,6 +199,7 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 			mtu: s.m.LinkMTU.WithLabelValues(lbl...),
 		},
 	}
+	l.rx.repairs = s.asksRepairs()
 	if s.fp != nil {
 		l.peekLinkSeq = func() uint32 { return s.fp.PeekLinkSeq(spec.ID) }
 	}
@@ -912,7 +913,7 @@ func (s *Session) adaptHold(now time.Time, links []*link) {
 	if n < 2 || hold > s.cfg.MaxHold {
 		hold = s.cfg.MaxHold
 	}
-	if s.cfg.LossRepair && s.fp == nil {
+	if s.asksRepairs() {
 		// The hold timer must not give a gap up before its repair can come.
 		wait := repairTime(links, s.cfg.MaxHold)
 		s.repairWait.Store(int64(wait))
