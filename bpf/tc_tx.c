@@ -46,6 +46,7 @@
 #include "aggd_fastpath.h"
 #include "aggd_sched.h"
 #include "aggd_aqm.h"
+#include "aggd_ecn.h"
 #include "aggd_encap.h"
 
 #define AGGD_AF_INET 2 /* AF_INET, which no uapi header reachable here defines */
@@ -391,8 +392,12 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	drop = aggd_aqm_drop(&sched->aqm_next_us, sess->aqm_gap_us, now);
 	bpf_spin_unlock(&sched->lock);
 	if (drop) {
-		tx_count(AGGD_FP_TX_AQM_DROP);
-		return TC_ACT_SHOT;
+		/* An ECN-capable packet is marked instead, and sent on. */
+		if (!(sess->flags & AGGD_FP_SESSION_ECN) || aggd_ecn_mark_ce(skb, l2)) {
+			tx_count(AGGD_FP_TX_AQM_DROP);
+			return TC_ACT_SHOT;
+		}
+		tx_count(AGGD_FP_TX_AQM_MARK);
 	}
 
 	if (tx_schedule(sess, &snap, &c, inner_len + AGGD_OVERHEAD, now) || c.link < 0)

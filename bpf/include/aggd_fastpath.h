@@ -75,6 +75,7 @@ struct aggd_fp_tx_link {
 
 /* aggd_fp_tx_session.flags */
 #define AGGD_FP_SESSION_ENABLED 0x01 /* 0: every packet of the session goes to the slow path */
+#define AGGD_FP_SESSION_ECN 0x02     /* the AQM marks ECN-capable packets CE instead of dropping them */
 
 /* tx_sessions value (key: __u32 slot). */
 struct aggd_fp_tx_session {
@@ -140,6 +141,7 @@ enum aggd_fp_tx_verdict {
 	AGGD_FP_TX_NO_NEIGH = 7,    /* chosen link's gateway not resolved */
 	AGGD_FP_TX_ENCAP_FAILED = 8,/* a helper refused (room, headroom) */
 	AGGD_FP_TX_AQM_DROP = 9,    /* dropped by the bond's AQM (aggd_aqm.h) */
+	AGGD_FP_TX_AQM_MARK = 10,   /* marked CE by the bond's AQM (aggd_ecn.h), then sent: also counted by its fate */
 	AGGD_FP_TX__COUNT,
 };
 

@@ -30,7 +30,7 @@ const (
 // aggd_fp_tx_verdict: "fast" for packets it encapsulated and sent, the others
 // for packets it handed to the slow path (the daemon reads them from agg0).
 // LoadTx checks this list against the enum compiled into the object.
-var TxVerdicts = []string{"fast", "not_ip", "no_route", "disabled", "gso", "oversize", "no_link", "no_neigh", "encap_failed", "aqm_drop"}
+var TxVerdicts = []string{"fast", "not_ip", "no_route", "disabled", "gso", "oversize", "no_link", "no_neigh", "encap_failed", "aqm_drop", "aqm_mark"}
 
 // TxLinkState is a link's state as the fast path's scheduler sees it.
 type TxLinkState uint8
@@ -89,6 +89,9 @@ type TxSession struct {
 	// the kernel drops one packet, then one each AQMGap; 0: no dropping. Whole
 	// microseconds, at most about 71 minutes.
 	AQMGap time.Duration
+	// ECN: where the AQM drops, an ECN-capable packet is marked Congestion
+	// Experienced and sent instead (bpf/include/aggd_ecn.h; verdict aqm_mark).
+	ECN bool
 	// Links[i] is link slot i (the index TxSeq.TakeLink and LinkCounts use).
 	Links []TxLink
 }
@@ -212,6 +215,9 @@ func txSessionValue(s TxSession) (fptxAggdFpTxSession, error) {
 	}
 	if s.Enabled {
 		v.Flags = 1 // AGGD_FP_SESSION_ENABLED
+	}
+	if s.ECN {
+		v.Flags |= 2 // AGGD_FP_SESSION_ECN
 	}
 	v.PeerIndex = wireOrder32(s.PeerIndex)
 	v.KeyId = s.KeyID

@@ -22,6 +22,7 @@ import (
 
 	"github.com/aggd/aggd/internal/auth"
 	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/ecn"
 	"github.com/aggd/aggd/internal/sched"
 	"github.com/aggd/aggd/internal/wire"
 )
@@ -500,6 +501,64 @@ func TestTxAQMDrops(t *testing.T) {
 	setTxSession(t, tx, 1, dropping)
 	if d, _ := send(3); !slices.Equal(d, []int{0}) {
 		t.Errorf("dropping again: dropped %v, want the first packet (the old schedule forgotten)", d)
+	}
+}
+
+// With ECN marking on, a drop the AQM's schedule makes due marks an ECN-capable packet
+// Congestion Experienced and sends it on, its inner bytes exactly as internal/ecn marks
+// them (one rule, in C and in Go); a Not-ECT packet is dropped. With marking off, every
+// packet due is dropped.
+func TestTxAQMMarksECN(t *testing.T) {
+	tx := loadTxT(t)
+	to4, to6 := netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("2001:db8:1::7")
+	setTxRoute(t, tx, "10.1.0.0/16", 1)
+	setTxRoute(t, tx, "2001:db8:1::/48", 1)
+	withECN := func(p []byte, cp uint8) []byte {
+		p = bytes.Clone(p)
+		if p[0]>>4 == 6 {
+			p[1] = p[1]&^0x30 | cp<<4
+			return p
+		}
+		p[1] = p[1]&^0b11 | cp
+		p[10], p[11] = 0, 0
+		binary.BigEndian.PutUint16(p[10:], ipChecksum(p[:20]))
+		return p
+	}
+	for _, marking := range []bool{true, false} {
+		s := TxSession{Enabled: true, ECN: marking, PeerIndex: 1, KeyID: 1, Key: testKey, MTU: 1400, Links: []TxLink{l3Link(0, 10e6)}}
+		for _, base := range [][]byte{inner4(to4, 200), inner6(to6, 200)} {
+			for _, cp := range []uint8{ecn.NotECT, ecn.ECT1, ecn.ECT0, ecn.CE} {
+				name := fmt.Sprintf("marking %v, IPv%d, codepoint %02b", marking, base[0]>>4, cp)
+				// A packet with no spacing set clears the schedule; with one set
+				// again, the next packet is due.
+				s.AQMGap = 0
+				setTxSession(t, tx, 1, s)
+				if ret, _ := runTx(t, tx, frameOf(base), nil); ret != tcActRedirect {
+					t.Fatalf("%s: no spacing: verdict %d", name, ret)
+				}
+				s.AQMGap = time.Minute
+				setTxSession(t, tx, 1, s)
+				p := withECN(base, cp)
+				before := txVerdicts(t, tx)
+				ret, out := runTx(t, tx, frameOf(p), nil)
+				got := statsDelta(before, txVerdicts(t, tx))
+				if !marking || cp == ecn.NotECT {
+					if ret != tcActShot || got["aqm_drop"] != 1 || got["aqm_mark"] != 0 {
+						t.Errorf("%s: verdict %d, counted %v; want it dropped", name, ret, got)
+					}
+					continue
+				}
+				if ret != tcActRedirect || got["aqm_mark"] != 1 || got["aqm_drop"] != 0 || got["fast"] != 1 {
+					t.Errorf("%s: verdict %d, counted %v; want it marked and sent", name, ret, got)
+					continue
+				}
+				want := bytes.Clone(p)
+				ecn.Mark(want)
+				if inner := out[14+20+8+wire.HeaderLen:]; !bytes.Equal(inner, want) {
+					t.Errorf("%s: sent inner packet\n% x\nwant (internal/ecn)\n% x", name, inner[:20], want[:20])
+				}
+			}
+		}
 	}
 }
 

@@ -76,8 +76,8 @@ type Reorder struct {
 	LossRepair bool `yaml:"loss_repair"`
 }
 
-// AQM sets the standing queue the bond tolerates before it drops at its entry (CoDel on
-// the queueing delay the peer measures on the links; userspace datapath only).
+// AQM sets the standing queue the bond tolerates before it drops (or marks) at its entry
+// (CoDel on the queueing delay the peer measures on the links; both datapaths).
 type AQM struct {
 	// Target is the standing queue tolerated on every link that carries traffic.
 	Target time.Duration `yaml:"target"`
@@ -87,6 +87,10 @@ type AQM struct {
 	// link's one-packet time, but not beyond this. Lower it (down to Target) for lower
 	// latency under load; a link slower than that then carries little traffic.
 	MaxTarget time.Duration `yaml:"max_target"`
+	// ECN: mark ECN-capable packets Congestion Experienced where the AQM would drop
+	// them (RFC 3168): a sender that negotiated ECN then slows down without losing a
+	// packet.
+	ECN bool `yaml:"ecn"`
 }
 
 // Probe sets how often links are probed and when a silent one is declared down.
@@ -173,7 +177,9 @@ const (
 	maxAQMTarget        = time.Second
 )
 
-func defaultAQM() AQM { return AQM{Target: defaultAQMTarget, MaxTarget: defaultAQMMaxTarget} }
+func defaultAQM() AQM {
+	return AQM{Target: defaultAQMTarget, MaxTarget: defaultAQMMaxTarget, ECN: true}
+}
 
 func defaultReorder() Reorder { return Reorder{MaxHold: defaultMaxHold, MaxBuffer: defaultMaxBuffer} }
 func defaultProbe() Probe {

@@ -267,7 +267,7 @@ func sessionConfig(peer string, r config.Reorder, p config.Probe, a config.AQM) 
 	return tunnel.SessionConfig{
 		Peer: peer, MaxHold: r.MaxHold, MaxBuffer: int(r.MaxBuffer), LossRepair: r.LossRepair,
 		Probe: p.Interval, DownAfter: p.DownAfter, StandbyProbe: p.StandbyInterval,
-		AQMTarget: a.Target, AQMMaxTarget: a.MaxTarget,
+		AQMTarget: a.Target, AQMMaxTarget: a.MaxTarget, AQMECN: a.ECN,
 	}
 }
 

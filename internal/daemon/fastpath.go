@@ -356,7 +356,7 @@ func (s *fpSession) Program(st tunnel.TxState) {
 		s.stopTx()
 		return
 	}
-	ts := bpf.TxSession{Enabled: true, PeerIndex: st.PeerIndex, KeyID: st.KeyID, Key: st.Key, MTU: int(s.f.mtu.Load()), AQMGap: st.AQMGap}
+	ts := bpf.TxSession{Enabled: true, PeerIndex: st.PeerIndex, KeyID: st.KeyID, Key: st.Key, MTU: int(s.f.mtu.Load()), AQMGap: st.AQMGap, ECN: st.AQMECN}
 	for _, l := range st.Links {
 		i := s.slotOf(l.ID)
 		if i >= bpf.MaxTxLinks {
@@ -716,8 +716,9 @@ type fastPathCollector struct{ f *fastPath }
 
 var fastPathDesc = prometheus.NewDesc("aggd_fastpath_packets_total",
 	"Data packets judged by the kernel fast path, by direction and verdict: fast (handled "+
-		"in the kernel), drop_old (receive: duplicate or late, dropped), or the reason it was "+
-		"handed to the daemon's slow path.",
+		"in the kernel), drop_old (receive: duplicate or late, dropped), aqm_drop (transmit: "+
+		"dropped by the bond's AQM), aqm_mark (transmit: marked ECN CE by the bond's AQM, and "+
+		"counted again by its fate), or the reason it was handed to the daemon's slow path.",
 	[]string{"direction", "verdict"}, nil)
 
 var handbackDesc = prometheus.NewDesc("aggd_fastpath_handbacks_total",

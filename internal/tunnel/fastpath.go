@@ -73,6 +73,9 @@ type TxState struct {
 	// AQMGap is the spacing between the bond's AQM drops while it drops, 0 otherwise
 	// (aqm.Codel.Spacing).
 	AQMGap time.Duration
+	// AQMECN: the AQM marks ECN-capable packets Congestion Experienced instead of
+	// dropping them (internal/ecn).
+	AQMECN bool
 	// Userspace, when not "", says why the kernel must not send for the session (an
 	// IPv6 link, links not all known yet): the daemon sends everything.
 	Userspace string

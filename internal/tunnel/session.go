@@ -11,6 +11,7 @@ import (
 	"github.com/aggd/aggd/internal/aqm"
 	"github.com/aggd/aggd/internal/auth"
 	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/ecn"
 	"github.com/aggd/aggd/internal/estimate"
 	"github.com/aggd/aggd/internal/metrics"
 	"github.com/aggd/aggd/internal/reseq"
@@ -34,6 +35,9 @@ type SessionConfig struct {
 	// AQMTarget (zero, say), it does not rise.
 	AQMTarget    time.Duration
 	AQMMaxTarget time.Duration
+	// AQMECN: mark ECN-capable packets Congestion Experienced instead of dropping
+	// them (internal/ecn).
+	AQMECN bool
 	// Keys, when set, is told every session's receive keys, so that the XDP shield can
 	// verify tags before the daemon sees the packets.
 	Keys KeyObserver
@@ -244,8 +248,7 @@ func (s *Session) SendData(buf []byte) bool {
 	now := clock.Nanos()
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
-	if s.aqm != nil && s.aqm.Drop(now, s.bondQueue.Load(), s.bondQueueGen.Load()) {
-		s.m.AQMDrops.WithLabelValues(s.cfg.Peer).Inc()
+	if s.entryAQMDrops(now, buf[wire.HeaderLen:]) {
 		return true
 	}
 	primary, dup, hasDup, ok := s.sched.Pick(now, len(buf)+20+8)
@@ -257,6 +260,21 @@ func (s *Session) SendData(buf []byte) bool {
 	if hasDup {
 		s.sendDataOn(dup, k, seq, wire.FlagDuplicate, true, now, buf)
 	}
+	return true
+}
+
+// entryAQMDrops applies the bond's AQM to the inner packet about to be sent at now and
+// reports whether to drop it. Where the AQM signals congestion, an ECN-capable packet is
+// marked Congestion Experienced and sent instead (aqm.ecn). Caller holds txMu.
+func (s *Session) entryAQMDrops(now int64, inner []byte) bool {
+	if s.aqm == nil || !s.aqm.Drop(now, s.bondQueue.Load(), s.bondQueueGen.Load()) {
+		return false
+	}
+	if s.cfg.AQMECN && ecn.Mark(inner) {
+		s.m.AQMMarks.WithLabelValues(s.cfg.Peer).Inc()
+		return false
+	}
+	s.m.AQMDrops.WithLabelValues(s.cfg.Peer).Inc()
 	return true
 }
 
@@ -406,7 +424,10 @@ func (s *Session) programFastPath(links []*link, params []sched.LinkParams, aqmG
 	if k == nil {
 		return
 	}
-	st := TxState{PeerIndex: s.peerIndex.Load(), KeyID: k.id, Key: k.send, AQMGap: aqmGap, Userspace: s.kernelBarred()}
+	st := TxState{
+		PeerIndex: s.peerIndex.Load(), KeyID: k.id, Key: k.send, AQMGap: aqmGap, Userspace: s.kernelBarred(),
+		AQMECN: s.cfg.AQMECN,
+	}
 	for i, l := range links {
 		p := params[i]
 		tl := TxLink{

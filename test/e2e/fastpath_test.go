@@ -45,13 +45,13 @@ func verdicts(m map[string]float64, dir string) map[string]float64 {
 // fastShare is the share of data packets the fast path carried between two snapshots:
 // verdict fast among all verdicts except those that are not data it could carry
 // (drop_old: duplicates it dropped; not_data: control messages; no_route: before the
-// session existed).
+// session existed) and aqm_mark, which counts packets again that another verdict counts.
 func fastShare(before, after map[string]float64) (share, total float64) {
 	var fast float64
 	for v, n := range after {
 		d := n - before[v]
 		switch v {
-		case "drop_old", "not_data", "no_route":
+		case "drop_old", "not_data", "no_route", "aqm_mark":
 			continue
 		case "fast":
 			fast += d

@@ -185,6 +185,13 @@ def batch(cmd, lines):
         raise LabError(f"{' '.join(cmd)} -batch failed: {r.stderr.strip()}\n  batch was:\n  " + "\n  ".join(lines))
 
 
+def set_tcp_ecn(value):
+    """In the calling thread's namespace: net.ipv4.tcp_ecn (IPv4 and IPv6 alike). 1
+    requests ECN on the connections a host opens; Linux's default, 2, only accepts it."""
+    with open("/proc/sys/net/ipv4/tcp_ecn", "w") as f:
+        f.write(str(value))
+
+
 def set_offloads_and_sysctls(ifaces, router):
     """In the calling thread's namespace: TSO/GSO/GRO off on ifaces (segmentation
     offloads would push 64 KB super-packets through netem as one packet), and forwarding
@@ -497,6 +504,8 @@ class Topology:
             if tcb[n]:
                 batch(["tc", "-n", ns(n)], tcb[n])
             in_ns(n, set_offloads_and_sysctls, offl[n], n in ("cpe", "hub"))
+            if n in ("lan", "srv") and hosts_use_ecn(self.sc):
+                in_ns(n, set_tcp_ecn, 1)
         self.pin_receive_cpus(offl)
 
     def pin_receive_cpus(self, ifaces):
@@ -1756,6 +1765,10 @@ bpf:
         self.result["configured_rates"] = configured_rates(sc)
         self.result["configured_rates_source"] = ("LAB_CONFIGURED_RATES" if os.environ.get("LAB_CONFIGURED_RATES")
                                                   is not None else "scenario")
+        self.result["hosts_ecn"] = hosts_use_ecn(sc)
+        self.result["hosts_ecn_source"] = "LAB_ECN" if os.environ.get("LAB_ECN") is not None else "scenario"
+        if self.result["hosts_ecn"]:
+            info("the LAN host and the server request ECN on their TCP connections (net.ipv4.tcp_ecn=1)")
         self.topo.build()
         self.result["idle_lab"] = self.idle("lab idle (no traffic, no aggd)")
         fl = threading.Thread(target=self.fluctuate, daemon=True)
@@ -1945,7 +1958,20 @@ def outdir_suffix(sc):
     if os.environ.get("LAB_CONFIGURED_RATES") is not None and configured_rates(sc) != bool(
             sc.get("configured_rates", False)):
         suf += "-rates" if configured_rates(sc) else "-norates"
+    if os.environ.get("LAB_ECN") is not None and hosts_use_ecn(sc) != bool(sc.get("ecn", False)):
+        suf += "-ecn" if hosts_use_ecn(sc) else "-noecn"
     return suf
+
+
+def hosts_use_ecn(sc):
+    """Whether the LAN host and the server request ECN on their TCP connections
+    (net.ipv4.tcp_ecn=1), so that the bond's AQM marks their packets instead of dropping
+    them (aqm.ecn). Off by default, as Linux hosts are; LAB_ECN=1 (or 0) overrides the
+    scenario's `ecn`, for comparisons."""
+    env = os.environ.get("LAB_ECN")
+    if env is not None:
+        return env not in ("", "0", "false", "no")
+    return bool(sc.get("ecn", False))
 
 
 def configured_rates(sc):
@@ -2279,6 +2305,7 @@ def print_summary(r):
     cr = r.get("configured_rates")
     log(f"    link rates in aggd's config: {'yes (priors and caps)' if cr else 'no (aggd measured them)'}"
         f" ({r.get('configured_rates_source', '?')})")
+    log(f"    hosts request ECN: {'yes' if r.get('hosts_ecn') else 'no'} ({r.get('hosts_ecn_source', '?')})")
     enf = r.get("must_show_enforced", {})
     log(f"    must-show figures (issue #6; enforced: {', '.join(enf.get('figures') or []) or 'none'}, "
         f"from {enf.get('source', '?')}):")
@@ -2410,6 +2437,9 @@ def main():
                             "default: the scenario's configured_rates, false)")
         p.add_argument("--cc", help="TCP congestion controls for the bond transfers, e.g. cubic,bbr "
                                     "(= LAB_CC; default: the scenario's congestion, [cubic])")
+        p.add_argument("--ecn", action=argparse.BooleanOptionalAction, default=None,
+                       help="the LAN host and the server request ECN on their TCP connections "
+                            "(= LAB_ECN=1/0; default: the scenario's ecn, false)")
         p.add_argument("--enforce", action=argparse.BooleanOptionalAction, default=None,
                        help="fail the scenario on any failed must-show figure (= LAB_ENFORCE=1/0; "
                             "default: the scenario's enforce list)")
@@ -2457,6 +2487,8 @@ def main():
         os.environ["LAB_CONFIGURED_RATES"] = "1" if a.configured_rates else "0"
     if getattr(a, "cc", None):
         os.environ["LAB_CC"] = a.cc
+    if getattr(a, "ecn", None) is not None:
+        os.environ["LAB_ECN"] = "1" if a.ecn else "0"
     if getattr(a, "enforce", None) is not None:
         os.environ["LAB_ENFORCE"] = "1" if a.enforce else "0"
     if a.cmd == "selftest":

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * ECN marking of inner packets on the transmit fast path: the BPF half of
+ * internal/ecn. Where the bond's AQM (aggd_aqm.h) would drop a packet that
+ * is ECN-capable, it marks it Congestion Experienced instead (RFC 3168), so
+ * the sender slows down without losing it. The outer header stays Not-ECT.
+ */
+#ifndef AGGD_ECN_H
+#define AGGD_ECN_H
+
+#include <linux/bpf.h>
+#include <linux/types.h>
+#include <bpf/bpf_helpers.h>
+
+#define AGGD_ECN_MASK 0x03 /* the ECN field: low bits of TOS / traffic class */
+#define AGGD_ECN_CE 0x03
+
+/* Sets CE on the IPv4 or IPv6 packet at offset l3 if it is ECN-capable,
+ * keeping an IPv4 header's checksum right. Returns 0 when the packet now
+ * carries CE (ECT(0), ECT(1) or CE already), -1 when it is Not-ECT, not a
+ * whole IP header, or a helper failed: the caller drops it then. */
+static __always_inline int aggd_ecn_mark_ce(struct __sk_buff *skb, __u32 l3)
+{
+	__u8 b[2];
+	__u16 before, after;
+
+	if (bpf_skb_load_bytes(skb, l3, b, sizeof(b)))
+		return -1;
+	__builtin_memcpy(&before, b, sizeof(before));
+	switch (b[0] >> 4) {
+	case 4:
+		if (!(b[1] & AGGD_ECN_MASK))
+			return -1;
+		if ((b[1] & AGGD_ECN_MASK) == AGGD_ECN_CE)
+			return 0;
+		b[1] |= AGGD_ECN_CE;
+		__builtin_memcpy(&after, b, sizeof(after));
+		if (bpf_skb_store_bytes(skb, l3 + 1, &b[1], 1, 0) ||
+		    bpf_l3_csum_replace(skb, l3 + 10, before, after, sizeof(after)))
+			return -1;
+		return 0;
+	case 6:
+		/* Version (4 bits), traffic class (8): its ECN bits are bits 4-5
+		 * of byte 1. No header checksum. */
+		if (!(b[1] & (AGGD_ECN_MASK << 4)))
+			return -1;
+		if ((b[1] & (AGGD_ECN_MASK << 4)) == (AGGD_ECN_CE << 4))
+			return 0;
+		b[1] |= AGGD_ECN_CE << 4;
+		return bpf_skb_store_bytes(skb, l3 + 1, &b[1], 1, 0) ? -1 : 0;
+	}
+	return -1;
+}
+
+#endif /* AGGD_ECN_H */
