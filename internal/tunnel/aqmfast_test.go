@@ -1,0 +1,50 @@
+package tunnel
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/aqm"
+	"github.com/aggd/aggd/internal/metrics"
+)
+
+// With the kernel fast path the session has one AQM schedule (a spacing from fpAQM).
+// The daemon carries it out on its own packets, one signal per spacing, only while the
+// kernel sends nothing; while the kernel is seen sending, the kernel carries it out and
+// the daemon signals on none of its packets, so that the two paths do not signal twice.
+func TestDaemonLeavesTheAQMScheduleToTheKernelWhileItSends(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	s.fpAQM = aqm.New(int64(time.Millisecond), int64(100*time.Millisecond))
+	const ms = int64(time.Millisecond)
+	start := int64(time.Hour)
+	// signals sends a packet every ms over [from, from+d) and returns when (ms after
+	// start) the AQM signalled.
+	signals := func(from, d int64) (at []int64) {
+		s.txMu.Lock()
+		defer s.txMu.Unlock()
+		for now := from; now < from+d; now += ms {
+			if s.aqmSignal(now) {
+				at = append(at, (now-start)/ms)
+			}
+		}
+		return at
+	}
+	s.fpGap = 50 * ms
+	if got, want := signals(start, 200*ms), []int64{0, 50, 100, 150}; !slices.Equal(got, want) {
+		t.Errorf("kernel silent, spacing 50 ms: signals at %v ms, want %v", got, want)
+	}
+	s.kernelSentAt.Store(start + 200*ms)
+	if got := signals(start+200*ms, 50*ms); len(got) != 0 {
+		t.Errorf("kernel sending: the daemon signalled at %v ms, want never", got)
+	}
+	// Three probe intervals (60 ms here) after the kernel was last seen sending, the
+	// daemon takes the schedule up again, from its first packet.
+	if got, want := signals(start+300*ms, 60*ms), []int64{300, 350}; !slices.Equal(got, want) {
+		t.Errorf("kernel silent again: signals at %v ms, want %v", got, want)
+	}
+	s.fpGap = 0
+	if got := signals(start+400*ms, 100*ms); len(got) != 0 {
+		t.Errorf("no spacing: signals at %v ms, want none", got)
+	}
+}
