@@ -12,44 +12,46 @@
 #include <linux/types.h>
 #include <bpf/bpf_helpers.h>
 
-#define AGGD_ECN_MASK 0x03 /* the ECN field: low bits of TOS / traffic class */
-#define AGGD_ECN_CE 0x03
+#define AGGD_ECN_CE 0x03 /* also the ECN field's mask */
 
 /* Sets CE on the IPv4 or IPv6 packet at offset l3 if it is ECN-capable,
- * keeping an IPv4 header's checksum right. Returns 0 when the packet now
- * carries CE (ECT(0), ECT(1) or CE already), -1 when it is Not-ECT, not a
- * whole IP header, or a helper failed: the caller drops it then. */
+ * keeping an IPv4 header's checksum right: internal/ecn's Mark, the same
+ * rule. Returns 0 when the packet now carries CE (ECT(0), ECT(1) or CE
+ * already), -1 when it is Not-ECT, not IPv4 or IPv6, or a helper failed: the
+ * caller drops it then. */
 static __always_inline int aggd_ecn_mark_ce(struct __sk_buff *skb, __u32 l3)
 {
-	__u8 b[2];
+	__u8 b[2], shift, ecn;
 	__u16 before, after;
 
 	if (bpf_skb_load_bytes(skb, l3, b, sizeof(b)))
 		return -1;
-	__builtin_memcpy(&before, b, sizeof(before));
+	/* The ECN field is bits 0-1 of IPv4's TOS byte, bits 4-5 of byte 1 of
+	 * IPv6 (the low end of its traffic class). */
 	switch (b[0] >> 4) {
 	case 4:
-		if (!(b[1] & AGGD_ECN_MASK))
-			return -1;
-		if ((b[1] & AGGD_ECN_MASK) == AGGD_ECN_CE)
-			return 0;
-		b[1] |= AGGD_ECN_CE;
-		__builtin_memcpy(&after, b, sizeof(after));
-		if (bpf_skb_store_bytes(skb, l3 + 1, &b[1], 1, 0) ||
-		    bpf_l3_csum_replace(skb, l3 + 10, before, after, sizeof(after)))
-			return -1;
-		return 0;
+		shift = 0;
+		break;
 	case 6:
-		/* Version (4 bits), traffic class (8): its ECN bits are bits 4-5
-		 * of byte 1. No header checksum. */
-		if (!(b[1] & (AGGD_ECN_MASK << 4)))
-			return -1;
-		if ((b[1] & (AGGD_ECN_MASK << 4)) == (AGGD_ECN_CE << 4))
-			return 0;
-		b[1] |= AGGD_ECN_CE << 4;
-		return bpf_skb_store_bytes(skb, l3 + 1, &b[1], 1, 0) ? -1 : 0;
+		shift = 4;
+		break;
+	default:
+		return -1;
 	}
-	return -1;
+	ecn = (b[1] >> shift) & AGGD_ECN_CE;
+	if (!ecn)
+		return -1;
+	if (ecn == AGGD_ECN_CE)
+		return 0;
+	__builtin_memcpy(&before, b, sizeof(before));
+	b[1] |= AGGD_ECN_CE << shift;
+	__builtin_memcpy(&after, b, sizeof(after));
+	if (bpf_skb_store_bytes(skb, l3 + 1, &b[1], 1, 0))
+		return -1;
+	/* IPv4's header checksum covers the TOS byte; IPv6 has none. */
+	if (!shift && bpf_l3_csum_replace(skb, l3 + 10, before, after, sizeof(after)))
+		return -1;
+	return 0;
 }
 
 #endif /* AGGD_ECN_H */

@@ -24,13 +24,11 @@ const (
 // Of returns the ECN codepoint of an IPv4 or IPv6 packet, and false when pkt does not
 // start with a whole IPv4 or IPv6 header.
 func Of(pkt []byte) (uint8, bool) {
-	switch version(pkt) {
-	case 4:
-		return pkt[1] & 0b11, true
-	case 6:
-		return pkt[1] >> 4 & 0b11, true
+	shift, ok := fieldShift(pkt)
+	if !ok {
+		return 0, false
 	}
-	return 0, false
+	return pkt[1] >> shift & CE, true
 }
 
 // Mark sets Congestion Experienced on an ECN-capable packet, in place, keeping an IPv4
@@ -38,40 +36,42 @@ func Of(pkt []byte) (uint8, bool) {
 // packet now carries CE: true for ECT(0), ECT(1) and CE (left as it is); false for a
 // Not-ECT packet and for anything that is not a whole IPv4 or IPv6 header, which are
 // not changed. A caller that wanted to signal congestion drops those.
+// bpf/include/aggd_ecn.h is the same rule for the kernel fast path.
 func Mark(pkt []byte) bool {
-	cp, ok := Of(pkt)
-	if !ok || cp == NotECT {
+	shift, ok := fieldShift(pkt)
+	if !ok {
 		return false
 	}
-	if cp == CE {
+	switch pkt[1] >> shift & CE {
+	case NotECT:
+		return false
+	case CE:
 		return true
 	}
-	switch version(pkt) {
-	case 4:
-		old := uint16(pkt[0])<<8 | uint16(pkt[1])
-		pkt[1] |= CE
-		sum := ^(uint16(pkt[10])<<8 | uint16(pkt[11]))
-		sum = onesAdd(onesAdd(sum, ^old), uint16(pkt[0])<<8|uint16(pkt[1]))
-		sum = ^sum
-		pkt[10], pkt[11] = byte(sum>>8), byte(sum)
-	case 6:
-		pkt[1] |= CE << 4
+	old := uint16(pkt[0])<<8 | uint16(pkt[1])
+	pkt[1] |= CE << shift
+	if shift == 0 { // IPv4: the header checksum covers the TOS byte
+		sum := onesAdd(onesAdd(^(uint16(pkt[10])<<8|uint16(pkt[11])), ^old), uint16(pkt[0])<<8|uint16(pkt[1]))
+		pkt[10], pkt[11] = byte(^sum>>8), byte(^sum)
 	}
 	return true
 }
 
-// version is the IP version of pkt when it starts with a whole header of it, else 0.
-func version(pkt []byte) int {
+// fieldShift is where the ECN field sits in byte 1 of pkt: bits 0-1 of an IPv4
+// header's TOS byte (shift 0), or bits 4-5 of byte 1 of an IPv6 header, the low end of
+// its traffic class (shift 4). false when pkt does not start with a whole IPv4 or IPv6
+// header.
+func fieldShift(pkt []byte) (uint8, bool) {
 	if len(pkt) == 0 {
-		return 0
+		return 0, false
 	}
-	switch v := int(pkt[0] >> 4); {
+	switch v := pkt[0] >> 4; {
 	case v == 4 && len(pkt) >= 20:
-		return 4
+		return 0, true
 	case v == 6 && len(pkt) >= 40:
-		return 6
+		return 4, true
 	}
-	return 0
+	return 0, false
 }
 
 // onesAdd is 16-bit one's complement addition.

@@ -9,13 +9,14 @@ import (
 	"github.com/aggd/aggd/internal/metrics"
 )
 
-// With the kernel fast path the session has one AQM schedule (a spacing from fpAQM).
+// With the kernel fast path the session has one AQM schedule (a spacing, fpGap).
 // The daemon carries it out on its own packets, one signal per spacing, only while the
 // kernel sends nothing; while the kernel is seen sending, the kernel carries it out and
 // the daemon signals on none of its packets, so that the two paths do not signal twice.
 func TestDaemonLeavesTheAQMScheduleToTheKernelWhileItSends(t *testing.T) {
 	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
-	s.fpAQM = aqm.New(int64(time.Millisecond), int64(100*time.Millisecond))
+	s.aqm = aqm.New(int64(time.Millisecond), int64(100*time.Millisecond))
+	s.fp = &fakeSessionPath{}
 	const ms = int64(time.Millisecond)
 	start := int64(time.Hour)
 	// signals sends a packet every ms over [from, from+d) and returns when (ms after

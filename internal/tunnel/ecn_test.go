@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -39,23 +40,16 @@ func aqmSession(t *testing.T, markECN bool) (*Session, func(inner []byte) bool) 
 
 var cpeAddr = netip.MustParseAddr("100.64.0.2")
 
-// withECN returns pkt with its ECN field set to cp (an IPv4 header's checksum kept right).
+// withECN returns pkt with its ECN field set to cp (an IPv4 header's checksum
+// computed afresh).
 func withECN(pkt []byte, cp uint8) []byte {
 	p := bytes.Clone(pkt)
 	if p[0]>>4 == 6 {
 		p[1] = p[1]&^0x30 | cp<<4
 		return p
 	}
-	old := p[1]
-	p[1] = old&^0b11 | cp
-	sum := uint32(^(uint16(p[10])<<8 | uint16(p[11])))
-	sum += uint32(^(uint16(p[0])<<8 | uint16(old)) & 0xffff)
-	sum += uint32(uint16(p[0])<<8 | uint16(p[1]))
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	c := ^uint16(sum)
-	p[10], p[11] = byte(c>>8), byte(c)
+	p[1] = p[1]&^0b11 | cp
+	binary.BigEndian.PutUint16(p[10:], ipv4Checksum(p[:20]))
 	return p
 }
 

@@ -133,19 +133,26 @@ func ipv4Packet(src, dst netip.Addr, id uint32, size int) []byte {
 	s, d := src.As4(), dst.As4()
 	copy(p[12:16], s[:])
 	copy(p[16:20], d[:])
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(p[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	binary.BigEndian.PutUint16(p[10:], ^uint16(sum))
+	binary.BigEndian.PutUint16(p[10:], ipv4Checksum(p[:20]))
 	binary.BigEndian.PutUint16(p[20:], 40000)
 	binary.BigEndian.PutUint16(p[22:], 9)
 	binary.BigEndian.PutUint16(p[24:], uint16(size-20))
 	fillPayload(p[28:], id)
 	return p
+}
+
+// ipv4Checksum computes an IPv4 header's checksum, its checksum field read as zero.
+func ipv4Checksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		if i != 10 {
+			sum += uint32(binary.BigEndian.Uint16(h[i:]))
+		}
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
 }
 
 // ipv6Packet builds an IPv6/UDP packet of size bytes whose payload starts with id.

@@ -164,9 +164,10 @@ type rxAccount struct {
 
 // account records one authenticated data packet and, with gapLoss, returns the gap
 // the link sequence shows just before it: how many packets were lost, and (if the
-// receiver asks for repairs) what the packet's queueing says of them (rxGap, repair.go). Without gapLoss (a fast path
-// delivers most packets, so the daemon's own ones have gaps that are no losses) the
-// loss is settled from the whole link sequence span at each feedback (settleLoss).
+// receiver asks for repairs) what the packet's queueing says of them (rxGap,
+// repair.go). Without gapLoss (a fast path delivers most packets, so the daemon's own
+// ones have gaps that are no losses) the loss is settled from the whole link sequence
+// span at each feedback (settleLoss).
 func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time.Time, gapLoss bool) (gap rxGap) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

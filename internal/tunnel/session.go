@@ -96,18 +96,17 @@ type Session struct {
 	sched    *sched.Scheduler
 	txCtrl   atomic.Uint64
 	schedDue atomic.Bool
-	aqm      *aqm.Codel  // nil: no dropping at the entry; guarded by txMu
-	kept     keptPackets // the latest packets sent without a copy, for a rescue (rescue.go)
+	// aqm is the bond's entry AQM (nil: none); guarded by txMu. With the kernel fast
+	// path it makes the drop schedule (Codel.Spacing) both paths carry out (aqmSignal).
+	aqm  *aqm.Codel
+	kept keptPackets // the latest packets sent without a copy, for a rescue (rescue.go)
 	// repairWait is how long (ns) the receiver waits for a repair it asked for
 	// (repair.go; 0: it asks for none), set each tick.
 	repairWait atomic.Int64
 	// repairAsked is when (clock.Nanos) the receiver last asked for a repair.
 	repairAsked atomic.Int64
-	// fpAQM is the session's AQM when the kernel fast path sends for it: the kernel
-	// carries out its schedule (Codel.Spacing, spacing fpGap ns), and the daemon does
-	// the same on its own packets (next due fpNext) while the kernel sends none
-	// (aqmSignal). Guarded by txMu.
-	fpAQM         *aqm.Codel
+	// fpGap is the AQM's drop spacing (ns) with the kernel fast path, fpNext when the
+	// daemon's next packet is due for a drop (aqmSignal). Guarded by txMu.
 	fpGap, fpNext int64
 	// kernelSentAt is when (clock.Nanos) the kernel was last seen to have sent data
 	// packets for the session (mergeFastTx).
@@ -180,9 +179,6 @@ func newSession(cfg SessionConfig, m *metrics.Set, log *slog.Logger, localIndex 
 	}
 	if cfg.FastPath != nil {
 		s.fp = cfg.FastPath.OpenSession(localIndex, cfg.Routes)
-	}
-	if s.fp != nil && cfg.AQMTarget > 0 {
-		s.fpAQM = aqm.New(int64(cfg.AQMTarget), int64(aqmInterval))
 	}
 	s.holdTimer = time.AfterFunc(time.Hour, s.onHoldTimer)
 	s.holdTimer.Stop()
@@ -288,7 +284,7 @@ func (s *Session) entryAQMDrops(now int64, inner []byte) bool {
 // aqmSignal reports whether the bond's AQM signals congestion (a drop or a mark) on the
 // packet the daemon sends at now. Caller holds txMu.
 //
-// With the kernel fast path the session has one CoDel, fpAQM, and one schedule: the
+// With the kernel fast path the session's CoDel makes one schedule (a spacing): the
 // kernel carries it out on the packets it sends, and the daemon on its own only while
 // the kernel sends none (a session the kernel must not send for, or one whose packets
 // all come to the daemon, as GSO blocks do). While both send, the daemon leaves it to
@@ -296,8 +292,11 @@ func (s *Session) entryAQMDrops(now int64, inner []byte) bool {
 // CoDel meant (the end-to-end ECN test with --fast-path, where the daemon sent 2,100
 // GSO-born packets of 2,500: 139–154 signals in 8 s against 65–73 in userspace).
 func (s *Session) aqmSignal(now int64) bool {
-	if s.fpAQM == nil {
-		return s.aqm != nil && s.aqm.Drop(now, s.bondQueue.Load(), s.bondQueueGen.Load())
+	if s.aqm == nil {
+		return false
+	}
+	if s.fp == nil {
+		return s.aqm.Drop(now, s.bondQueue.Load(), s.bondQueueGen.Load())
 	}
 	if now-s.kernelSentAt.Load() < kernelCarriesAQM*int64(s.cfg.Probe) {
 		s.fpNext = 0
@@ -427,9 +426,8 @@ func (s *Session) refreshSchedule() {
 	if s.aqm != nil {
 		target := int64(aqmTarget(s.cfg.AQMTarget, s.cfg.AQMMaxTarget, params))
 		s.aqm.SetTarget(target)
-		if s.fpAQM != nil {
-			s.fpAQM.SetTarget(target)
-			gap = time.Duration(s.fpAQM.Spacing(clock.Nanos(), s.bondQueue.Load(), s.bondQueueGen.Load(), int64(s.cfg.Probe)))
+		if s.fp != nil {
+			gap = time.Duration(s.aqm.Spacing(clock.Nanos(), s.bondQueue.Load(), s.bondQueueGen.Load(), int64(s.cfg.Probe)))
 			s.fpGap = int64(gap)
 		}
 	}
@@ -948,17 +946,19 @@ const fastResyncQuiet = time.Second
 // what was sent and what arrived over the same period.
 func (s *Session) mergeFastTx(links []*link) {
 	sent := s.fp.TxDelta()
+	kernelSent := false
 	for _, l := range links {
 		if d, ok := sent[l.spec.ID]; ok {
-			if d.Packets > 0 {
-				s.kernelSentAt.Store(clock.Nanos())
-			}
+			kernelSent = kernelSent || d.Packets > 0
 			l.m.txPackets.Add(float64(d.Packets))
 			l.m.txBytes.Add(float64(d.Bytes + 2*wire.HeaderLen*d.Packets)) // as sendDataOn counts
 			l.txData.Add(d.Bytes + 2*wire.HeaderLen*d.Packets)
 			l.txPkts.Add(d.Packets)
 			l.m.dup.Add(float64(d.Copies))
 		}
+	}
+	if kernelSent {
+		s.kernelSentAt.Store(clock.Nanos())
 	}
 }
 
