@@ -1,37 +1,27 @@
 # aggd — build, test and lab targets. Run `make help` for the list.
 SHELL := /bin/bash
-GO    ?= go
+# Go: the first of PATH's go and /usr/local/go/bin/go (where scripts/deps.sh installs it
+# when no Go is as new as go.mod asks) that is new enough. Its directory leads PATH, so
+# that the scripts and tests make runs use the same one.
+ifeq ($(origin GO),undefined)
+GO := $(or $(shell python3 scripts/install-go.py --find 2>/dev/null),go)
+endif
+GO_DIR := $(if $(findstring /,$(GO)),$(patsubst %/,%,$(dir $(GO))))
+export PATH := $(if $(GO_DIR),$(GO_DIR):)$(PATH)
 BIN   := bin/aggd
 PKGS  := ./...
 VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/aggd/aggd/internal/buildinfo.Version=$(VERSION)
 
-# Debian/Ubuntu packages the build, the tests and the lab need.
-DEB_PACKAGES := clang llvm libbpf-dev bpftool linux-libc-dev gcc-multilib \
-	iproute2 iperf3 nftables tcpdump ethtool iputils-ping spin \
-	qemu-system-x86 kmod busybox-static udev \
-	python3-yaml python3-matplotlib openvpn wireguard-tools systemd binutils
-
-GOLANGCI_LINT_VERSION := v2.15.0
-GOBIN := $(shell $(GO) env GOPATH)/bin
+GOBIN := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 
 .PHONY: help deps generate build test test-unit test-bpf-lts test-package deb fuzz bench demo lab lint clean
 
 help: ## show this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-deps: ## install build/test/lab dependencies (Debian/Ubuntu, idempotent; needs root)
-	@missing=$$(for p in $(DEB_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-		echo "deps: installing $$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	else echo "deps: all Debian packages present"; fi
-	@command -v $(GO) >/dev/null || { echo "deps: Go is missing; install Go >= 1.26 (https://go.dev/doc/install) and re-run"; exit 1; }
-	$(GO) mod download
-	@# virtme-ng boots the lab's VM kernel (test/vm); it is on PyPI, not in Debian 12.
-	@command -v vng >/dev/null || python3 -m pip install -q virtme-ng==1.42 || python3 -m pip install -q --break-system-packages virtme-ng==1.42 \
-		|| echo "deps: WARNING: could not install virtme-ng; the netem lab (make demo, make lab) needs it: pip install virtme-ng==1.42"
-	@test -x $(GOBIN)/golangci-lint || GOTOOLCHAIN=local $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+deps: ## install build/test/lab dependencies, Go included if missing (Debian/Ubuntu, idempotent; needs root)
+	./scripts/deps.sh
 
 generate: ## compile the BPF programs (bpf2go, little and big endian)
 	$(GO) generate ./internal/bpf/...
@@ -40,6 +30,7 @@ build: generate ## build bin/aggd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/aggd
 
 test: build ## run all tests (unit, BPF in-kernel, fuzzing FUZZTIME per target, end-to-end in netns; needs root)
+	python3 scripts/install_go_test.py
 	./scripts/fuzz-all.sh $${FUZZTIME:-50000x}
 	@# -p 1: one package at a time. The end-to-end tests measure links through daemons
 	@# that need the CPU; the SPIN model check running beside them on a 2-core machine
@@ -49,6 +40,7 @@ test: build ## run all tests (unit, BPF in-kernel, fuzzing FUZZTIME per target, 
 	AGGD_E2E_DAEMON_ARGS=--fast-path $(GO) test -count=1 -timeout 20m ./test/e2e
 
 test-unit: generate ## unit tests only (no root needed for most)
+	python3 scripts/install_go_test.py
 	$(GO) test -count=1 -short $(PKGS)
 
 fuzz: generate ## run every fuzz target for FUZZTIME each (default 60s)

@@ -183,7 +183,7 @@ check_prerequisites() {
 	for tool in ip tc iperf3 ping ss awk; do
 		command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 	done
-	((${#missing[@]} == 0)) || die "missing tools: ${missing[*]} (run \`make deps\` or apt-get install iproute2 iperf3 iputils-ping)"
+	((${#missing[@]} == 0)) || die "missing tools: ${missing[*]} (run \`scripts/deps.sh\` or apt-get install iproute2 iperf3 iputils-ping)"
 	[[ -x $AGGD ]] || die "$AGGD not found: run \`make build\` first"
 	lab_pick_http_getter || die "need curl, wget or python3 to read the metrics (apt-get install curl)"
 	parse_rates

@@ -35,7 +35,7 @@ done
 
 for tool in spin gcc; do
 	if ! command -v "$tool" >/dev/null 2>&1; then
-		echo "check.sh: $tool not found: apt-get install spin gcc (or make deps)" >&2
+		echo "check.sh: $tool not found: apt-get install spin gcc (or scripts/deps.sh)" >&2
 		exit 1
 	fi
 done

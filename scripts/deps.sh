@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# deps.sh — install what aggd's build, tests and lab need on Debian or Ubuntu, starting
+# from nothing but apt (make deps runs it; so can a machine that has no make yet).
+# Idempotent; needs root. In order:
+#   1. the Debian packages (compilers, BPF tools, the lab's qemu, iperf3, …), make included;
+#   2. Go, if no Go >= the go.mod's version is found: neither Debian 12 nor Ubuntu
+#      ships one that new, so the official toolchain goes to /usr/local/go
+#      (scripts/install-go.py; checked against Go's checksum database);
+#   3. the Go modules, virtme-ng (the lab's VM runner, from PyPI) and golangci-lint.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GO_VERSION=${GO_VERSION:-1.26.8}       # the release CI and BENCHMARKS.md use
+GOLANGCI_LINT_VERSION=v2.15.0
+VIRTME_NG_VERSION=1.42
+
+PACKAGES=(
+	make git ca-certificates python3 python3-pip python3-yaml python3-matplotlib
+	clang llvm libbpf-dev linux-libc-dev gcc-multilib binutils
+	iproute2 iperf3 nftables tcpdump ethtool iputils-ping procps spin
+	qemu-system-x86 kmod busybox-static udev systemd file
+	openvpn wireguard-tools
+)
+# Installed where the archive has them; nothing here needs them. bpftool (for looking
+# at aggd's maps and programs by hand) is its own package in Debian, but older Ubuntu
+# releases have it only in linux-tools-$(uname -r).
+OPTIONAL=(bpftool)
+
+say() { echo "deps: $*"; }
+die() { echo "deps: ERROR: $*" >&2; exit 1; }
+# go_min is the Go release go.mod asks for (its `go` line).
+go_min() { sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod; }
+
+[[ $(id -u) == 0 ]] || die "run as root (it installs packages): sudo $0"
+command -v apt-get >/dev/null || die "no apt-get: this script knows Debian and Ubuntu only; install the packages listed in $0 and Go >= $(go_min) by hand"
+
+# --- 1. Debian packages -------------------------------------------------------------
+installed() { dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+available() { apt-cache show --no-all-versions "$1" >/dev/null 2>&1; }
+missing=()
+for p in "${PACKAGES[@]}" "${OPTIONAL[@]}"; do installed "$p" || missing+=("$p"); done
+if ((${#missing[@]})); then
+	apt-get update -qq
+	install=() unavailable=()
+	for p in "${missing[@]}"; do
+		if available "$p"; then install+=("$p"); else unavailable+=("$p"); fi
+	done
+	for p in "${unavailable[@]}"; do
+		[[ " ${OPTIONAL[*]} " == *" $p "* ]] ||
+			die "package $p is not in this system's apt sources (on Ubuntu, enable the universe component: add-apt-repository universe); missing: ${unavailable[*]}"
+		echo "deps: note: optional package $p is not in this system's apt sources; skipped" >&2
+	done
+	if ((${#install[@]})); then
+		say "installing ${install[*]}"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${install[@]}"
+	fi
+else
+	say "all Debian packages present"
+fi
+
+# --- 2. Go --------------------------------------------------------------------------
+# The Makefile and the scripts look for go on PATH, then in /usr/local/go/bin.
+export PATH="$PATH:/usr/local/go/bin"
+python3 scripts/install-go.py --need "$(go_min)" --version "$GO_VERSION" --dir /usr/local/go
+GO=$(command -v go)
+
+# --- 3. Go modules, virtme-ng, golangci-lint -----------------------------------------
+"$GO" mod download
+if ! command -v vng >/dev/null; then
+	# Not in Debian 12; pip refuses the system Python without --break-system-packages
+	# there (PEP 668), and older pips do not know that option.
+	python3 -m pip install -q "virtme-ng==$VIRTME_NG_VERSION" 2>/dev/null ||
+		python3 -m pip install -q --break-system-packages "virtme-ng==$VIRTME_NG_VERSION" ||
+		echo "deps: WARNING: could not install virtme-ng; the netem lab (make demo, make lab) needs it: pip install virtme-ng==$VIRTME_NG_VERSION" >&2
+fi
+gobin=$("$GO" env GOPATH)/bin
+[[ -x $gobin/golangci-lint ]] ||
+	GOTOOLCHAIN=local "$GO" install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
+say "done ($("$GO" version))"
