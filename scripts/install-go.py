@@ -12,7 +12,8 @@ golang.org/toolchain (this is how `go` itself fetches a newer toolchain when a g
 asks for one). The archive is checked against Go's checksum database (sum.golang.org,
 asked through the proxy) before anything is unpacked: its module hash (h1:, a SHA-256
 over the SHA-256 of every file) must be the one the database has recorded for that
-release. The proxy is $GOPROXY's first URL if it has one, else proxy.golang.org.
+release. The proxy is $GOPROXY's first URL if it has one, else proxy.golang.org; a
+proxy that does not pass the database's lookups on leaves them to sum.golang.org itself.
 
 Standard library only: it runs on a machine that has nothing but Debian's python3.
 """
@@ -89,23 +90,49 @@ def proxy_url():
     return DEFAULT_PROXY
 
 
-def fetch(url, what):
+def sumdb_url():
+    """Where Go's checksum database answers directly: GOSUMDB's URL if it names one for
+    sum.golang.org ("sum.golang.org[+key] URL", as go reads it), else https://sum.golang.org."""
+    parts = os.environ.get("GOSUMDB", "").split()
+    if len(parts) == 2 and parts[0].split("+")[0] == SUMDB:
+        return parts[1].rstrip("/")
+    return f"https://{SUMDB}"
+
+
+def try_fetch(url):
+    """(body, None), or (None, the error) if url cannot be read."""
     try:
         with urllib.request.urlopen(url, timeout=120) as r:
-            return r.read()
+            return r.read(), None
     except (urllib.error.URLError, OSError) as e:
-        die(f"could not download {what} from {url}: {e}. Check the network (and GOPROXY), "
+        return None, e
+
+
+def fetch(url, what):
+    body, err = try_fetch(url)
+    if err is not None:
+        die(f"could not download {what} from {url}: {err}. Check the network (and GOPROXY), "
             "or install Go by hand (https://go.dev/doc/install)")
+    return body
 
 
 def recorded_hash(proxy, module, version):
-    """The h1: hash the checksum database has for module@version's archive."""
-    body = fetch(f"{proxy}/sumdb/{SUMDB}/lookup/{module}@{version}", "the checksum database's record").decode()
-    for line in body.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == module and parts[1] == version and parts[2].startswith("h1:"):
-            return parts[2]
-    die(f"the checksum database has no hash for {module}@{version}; is Go {version} a real release?")
+    """The h1: hash the checksum database has for module@version's archive: asked through
+    the proxy (proxying the database is optional in the GOPROXY protocol), else directly."""
+    urls = [f"{proxy}/sumdb/{SUMDB}/lookup/{module}@{version}", f"{sumdb_url()}/lookup/{module}@{version}"]
+    errors = []
+    for url in urls:
+        body, err = try_fetch(url)
+        if err is not None:
+            errors.append(f"{url}: {err}")
+            continue
+        for line in body.decode(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == module and parts[1] == version and parts[2].startswith("h1:"):
+                return parts[2]
+        die(f"the checksum database has no hash for {module}@{version} ({url}); is Go {version} a real release?")
+    die("could not ask Go's checksum database for the release's hash, so nothing was installed: "
+        + "; ".join(errors) + ". Check the network (and GOPROXY), or install Go by hand (https://go.dev/doc/install)")
 
 
 def module_hash(archive):

@@ -47,10 +47,10 @@ def archive(files):
 class FakeProxy:
     """Serves one toolchain archive and its checksum record at GOPROXY-style paths."""
 
-    def __init__(self, zip_bytes, recorded_h1):
+    def __init__(self, zip_bytes, recorded_h1, sumdb_path="/sumdb/sum.golang.org"):
         routes = {
             f"/golang.org/toolchain/@v/{MODVER}.zip": zip_bytes,
-            f"/sumdb/sum.golang.org/lookup/golang.org/toolchain@{MODVER}":
+            f"{sumdb_path}/lookup/golang.org/toolchain@{MODVER}":
                 f"123\ngolang.org/toolchain {MODVER} {recorded_h1}\n".encode(),
         }
 
@@ -75,7 +75,8 @@ class FakeProxy:
 
 def run(args, proxy):
     # --need 1.99.0: whatever Go this machine has is "too old", so the script installs.
-    env = dict(os.environ, GOPROXY=f"{proxy.url},direct")
+    # GOSUMDB: the checksum database, when asked directly, is the fake proxy too.
+    env = dict(os.environ, GOPROXY=f"{proxy.url},direct", GOSUMDB=f"sum.golang.org {proxy.url}/direct-sumdb")
     return subprocess.run([sys.executable, SCRIPT, "--need", "1.99.0", *args],
                           capture_output=True, text=True, env=env, timeout=60)
 
@@ -89,9 +90,9 @@ class InstallGoTest(unittest.TestCase):
     def tearDown(self):
         self.tmp.cleanup()
 
-    def install_from(self, files, recorded_h1):
+    def install_from(self, files, recorded_h1, **proxy_options):
         """Runs install-go.py against a fake proxy serving files with that record."""
-        proxy = FakeProxy(archive(files), recorded_h1)
+        proxy = FakeProxy(archive(files), recorded_h1, **proxy_options)
         try:
             return run(["--version", VERSION, "--dir", self.dest], proxy)
         finally:
@@ -112,6 +113,17 @@ class InstallGoTest(unittest.TestCase):
         found = subprocess.run([sys.executable, SCRIPT, "--find", "--need", "1.99.0", "--dir", self.dest],
                                capture_output=True, text=True)
         self.assertEqual((found.returncode, found.stdout.strip()), (0, go))
+
+    def test_asks_the_checksum_database_itself_when_the_proxy_does_not_pass_it_on(self):
+        r = self.install_from(FILES, GOLDEN_H1, sumdb_path="/direct-sumdb")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(f"archive matches the checksum database ({GOLDEN_H1})", r.stdout)
+
+    def test_installs_nothing_when_no_checksum_database_answers(self):
+        r = self.install_from(FILES, GOLDEN_H1, sumdb_path="/nowhere")
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("could not ask Go's checksum database", r.stderr)
+        self.assertEqual(os.listdir(self.tmp.name), [])
 
     def test_refuses_an_archive_the_checksum_database_does_not_know(self):
         tampered = dict(FILES)
