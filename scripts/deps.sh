@@ -59,10 +59,11 @@ else
 fi
 
 # --- 2. Go --------------------------------------------------------------------------
-# The Makefile and the scripts look for go on PATH, then in /usr/local/go/bin.
-export PATH="$PATH:/usr/local/go/bin"
 python3 scripts/install-go.py --need "$(go_min)" --version "$GO_VERSION" --dir /usr/local/go
-GO=$(command -v go)
+# The go to use from here on, chosen as the Makefile chooses it: PATH's go, or else
+# /usr/local/go/bin/go, whichever is new enough (an old Debian go may come first on PATH).
+GO=$(python3 scripts/install-go.py --find --need "$(go_min)" --dir /usr/local/go) ||
+	die "no Go >= $(go_min) found after installing one (scripts/install-go.py --find)"
 
 # --- 3. Go modules, virtme-ng, golangci-lint -----------------------------------------
 "$GO" mod download
