@@ -3,7 +3,7 @@
 # from nothing but apt (make deps runs it; so can a machine that has no make yet).
 # Idempotent; needs root. In order:
 #   1. the Debian packages (compilers, BPF tools, the lab's qemu, iperf3, …), make included;
-#   2. Go, if no Go >= the go.mod's version is found: neither Debian 12 nor Ubuntu
+#   2. Go, if no Go as new as go.mod asks is found: neither Debian 12 nor Ubuntu
 #      ships one that new, so the official toolchain goes to /usr/local/go
 #      (scripts/install-go.py; checked against Go's checksum database);
 #   3. the Go modules, virtme-ng (the lab's VM runner, from PyPI) and golangci-lint.
@@ -28,11 +28,9 @@ OPTIONAL=(bpftool)
 
 say() { echo "deps: $*"; }
 die() { echo "deps: ERROR: $*" >&2; exit 1; }
-# go_min is the Go release go.mod asks for (its `go` line).
-go_min() { sed -n 's/^go \([0-9.]*\)$/\1/p' go.mod; }
 
 [[ $(id -u) == 0 ]] || die "run as root (it installs packages): sudo $0"
-command -v apt-get >/dev/null || die "no apt-get: this script knows Debian and Ubuntu only; install the packages listed in $0 and Go >= $(go_min) by hand"
+command -v apt-get >/dev/null || die "no apt-get: this script knows Debian and Ubuntu only; install the packages listed in $0 and a Go as new as go.mod asks by hand"
 
 # --- 1. Debian packages -------------------------------------------------------------
 installed() { dpkg-query -W -f='${Status}\n' "$1" 2>/dev/null | grep -q 'install ok installed'; }
@@ -59,11 +57,11 @@ else
 fi
 
 # --- 2. Go --------------------------------------------------------------------------
-python3 scripts/install-go.py --need "$(go_min)" --version "$GO_VERSION" --dir /usr/local/go
+python3 scripts/install-go.py --version "$GO_VERSION" --dir /usr/local/go
 # The go to use from here on, chosen as the Makefile chooses it: PATH's go, or else
 # /usr/local/go/bin/go, whichever is new enough (an old Debian go may come first on PATH).
-GO=$(python3 scripts/install-go.py --find --need "$(go_min)" --dir /usr/local/go) ||
-	die "no Go >= $(go_min) found after installing one (scripts/install-go.py --find)"
+GO=$(python3 scripts/install-go.py --find --dir /usr/local/go) ||
+	die "no Go as new as go.mod asks found after installing one (scripts/install-go.py --find)"
 
 # --- 3. Go modules, virtme-ng, golangci-lint -----------------------------------------
 "$GO" mod download

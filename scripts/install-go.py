@@ -35,6 +35,7 @@ import zipfile
 
 DEFAULT_PROXY = "https://proxy.golang.org"
 SUMDB = "sum.golang.org"
+BY_HAND = "install Go by hand (https://go.dev/doc/install)"
 
 
 def say(msg):
@@ -79,7 +80,7 @@ def go_arch():
     arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine())
     if not arch:
         die(f"no Go release is fetched for this machine's architecture ({platform.machine()}); "
-            "install Go by hand (https://go.dev/doc/install)")
+            f"{BY_HAND}")
     return arch
 
 
@@ -111,8 +112,7 @@ def try_fetch(url):
 def fetch(url, what):
     body, err = try_fetch(url)
     if err is not None:
-        die(f"could not download {what} from {url}: {err}. Check the network (and GOPROXY), "
-            "or install Go by hand (https://go.dev/doc/install)")
+        die(f"could not download {what} from {url}: {err}. Check the network (and GOPROXY), or {BY_HAND}")
     return body
 
 
@@ -132,7 +132,7 @@ def recorded_hash(proxy, module, version):
                 return parts[2]
         die(f"the checksum database has no hash for {module}@{version} ({url}); is Go {version} a real release?")
     die("could not ask Go's checksum database for the release's hash, so nothing was installed: "
-        + "; ".join(errors) + ". Check the network (and GOPROXY), or install Go by hand (https://go.dev/doc/install)")
+        + "; ".join(errors) + f". Check the network (and GOPROXY), or {BY_HAND}")
 
 
 def module_hash(archive):
