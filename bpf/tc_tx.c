@@ -306,27 +306,22 @@ static __noinline int tx_emit(struct __sk_buff *skb, const struct aggd_fp_tx_ses
 	return 0;
 }
 
-/* A copy of a session's backlog, taken under its lock. */
-struct tx_snap {
-	__u64 backlog_end_ns[AGGD_FP_MAX_LINKS];
-};
-
 /*
  * The scheduling decision for a packet of size bytes (outer datagram) at now
- * (aggd_sched.h). A global function: the verifier checks it once, on its
+ * (aggd_sched.h), on the session's scheduler state st read without its lock. A global function: the verifier checks it once, on its
  * own, and the caller sees only the result; its stack frame is also not
  * added to tx_emit's. It sees the pointer arguments as possibly NULL, hence
  * the checks.
  */
-__noinline int tx_schedule(const struct aggd_fp_tx_session *s, const struct tx_snap *snap,
+__noinline int tx_schedule(const struct aggd_fp_tx_session *s, const struct aggd_fp_sched_state *st,
 			   struct aggd_sched_choice *c, __u32 size, __u64 now)
 {
 	struct aggd_sched_links ls;
 
-	if (!s || !snap || !c)
+	if (!s || !st || !c)
 		return -1;
 	aggd_sched_prepare(s, size, &ls);
-	aggd_sched_pick(snap->backlog_end_ns, &ls, now, c);
+	aggd_sched_pick(st, s, &ls, now, c);
 	return 0;
 }
 
@@ -340,7 +335,6 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	const struct aggd_fp_tx_link *la;
 	struct aggd_fp_tx_sched *sched;
 	struct aggd_fp_tx_seq *seqv;
-	struct tx_snap snap = {};
 	struct aggd_sched_choice c = {};
 	struct aggd_encap_args args = {};
 	__u32 slot, inner_len, seq = 0, seq_a = 0, seq_d = 0;
@@ -379,16 +373,17 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	now = bpf_ktime_get_ns();
 
 	/*
-	 * Decide on a snapshot of the backlog, then charge it and take the
-	 * numbers under the lock (no calls may happen while it is held, and
-	 * the decision is a call). Another CPU may charge the session between
-	 * the two: the charge then starts from its backlog, so the accounting
-	 * stays exact and only this one decision used a slightly stale view.
+	 * Decide on the backlogs and tie credits read without the lock, then
+	 * charge them and take the numbers under it (no calls may happen while
+	 * it is held, and the decision is a call). Another CPU may charge the
+	 * session meanwhile, even while the decision reads: each value is read
+	 * whole (aligned 8 bytes), the charge starts from the backlog it finds,
+	 * so the accounting stays exact and only this one decision used a
+	 * slightly stale view. (A copy taken under the lock would be no
+	 * fresher by the time of the charge, and its 128 bytes do not fit the
+	 * stack beside the decision's.)
 	 */
 	bpf_spin_lock(&sched->lock);
-#pragma unroll
-	for (int i = 0; i < AGGD_FP_MAX_LINKS; i++)
-		snap.backlog_end_ns[i] = sched->backlog_end_ns[i];
 	drop = aggd_aqm_drop(&sched->aqm_next_us, sess->aqm_gap_us, now);
 	bpf_spin_unlock(&sched->lock);
 	if (drop) {
@@ -400,7 +395,7 @@ int aggd_tc_tx(struct __sk_buff *skb)
 		tx_count(AGGD_FP_TX_AQM_MARK);
 	}
 
-	if (tx_schedule(sess, &snap, &c, inner_len + AGGD_OVERHEAD, now) || c.link < 0)
+	if (tx_schedule(sess, &sched->st, &c, inner_len + AGGD_OVERHEAD, now) || c.link < 0)
 		return tx_slow(AGGD_FP_TX_NO_LINK);
 	if (!c.sendable)
 		return tx_slow(AGGD_FP_TX_NO_NEIGH);
@@ -417,9 +412,10 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	 * from the same memory.
 	 */
 	bpf_spin_lock(&sched->lock);
-	aggd_sched_charge(sched->backlog_end_ns, best, c.link_tx_ns, now);
+	aggd_sched_charge(sched->st.backlog_end_ns, best, c.link_tx_ns, now);
+	aggd_sched_settle_tie(sched->st.tie_credit, sess, c.tied, best);
 	if (dup >= 0)
-		aggd_sched_charge(sched->backlog_end_ns, dup, c.dup_tx_ns, now);
+		aggd_sched_charge(sched->st.backlog_end_ns, dup, c.dup_tx_ns, now);
 	seq = __sync_fetch_and_add(&seqv->next_seq, 1);
 	seq_a = __sync_fetch_and_add(&seqv->link_seq[best], 1);
 	if (dup >= 0)

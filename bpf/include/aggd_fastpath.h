@@ -110,12 +110,19 @@ struct aggd_fp_sent_log {
 	__u64 entry[AGGD_FP_SENT_LOG];
 };
 
+/* The scheduler's bookkeeping (aggd_sched.h): written under the tx_sched
+ * value's lock, read without it for the decision. */
+struct aggd_fp_sched_state {
+	__u64 backlog_end_ns[AGGD_FP_MAX_LINKS]; /* when the link's virtual queue drains */
+	__s64 tie_credit[AGGD_FP_MAX_LINKS];     /* round-robin credit among tied links, bits/s */
+};
+
 /* tx_sched value (key: slot): the earliest-expected-arrival bookkeeping,
  * BPF only. */
 struct aggd_fp_tx_sched {
 	struct bpf_spin_lock lock;
 	__u32 aqm_next_us; /* when the next AQM drop is due (aggd_aqm.h), 0: none scheduled */
-	__u64 backlog_end_ns[AGGD_FP_MAX_LINKS]; /* when the link's virtual queue drains */
+	struct aggd_fp_sched_state st;
 };
 
 /* tx_link_stats value (per-CPU array indexed by slot * AGGD_FP_MAX_LINKS + link). */
@@ -232,7 +239,7 @@ _Static_assert(sizeof(struct aggd_fp_tx_session) == 32 + 40 * AGGD_FP_MAX_LINKS,
 _Static_assert(__builtin_offsetof(struct aggd_fp_tx_session, links) == 32, "links at 32");
 _Static_assert(sizeof(struct aggd_fp_tx_seq) == 8 + 8 * AGGD_FP_MAX_LINKS, "tx seq layout");
 _Static_assert((AGGD_FP_SENT_LOG & (AGGD_FP_SENT_LOG - 1)) == 0, "sent log size is a power of two");
-_Static_assert(sizeof(struct aggd_fp_tx_sched) == 8 + 8 * AGGD_FP_MAX_LINKS, "tx sched layout");
+_Static_assert(sizeof(struct aggd_fp_tx_sched) == 8 + 2 * 8 * AGGD_FP_MAX_LINKS, "tx sched layout");
 _Static_assert(sizeof(struct aggd_fp_rx_order) == 32, "rx order is 32 bytes");
 _Static_assert(sizeof(struct aggd_fp_rx_link_stats) == 32, "rx link stats is 32 bytes");
 

@@ -8,9 +8,11 @@
  *
  *     arrival(i) = max(now, backlog_end[i]) + size*8e9/rate[i] + base_owd[i]
  *
- * and the packet goes to the link with the smallest arrival, ties to the
- * lowest link slot; its backlog_end becomes max(now, backlog_end) +
- * size*8e9/rate. Class rules (sched.allowedClasses): primaries; overflow
+ * and the packet goes to the link with the smallest arrival; its backlog_end
+ * becomes max(now, backlog_end) + size*8e9/rate. Links whose arrival is
+ * within AGGD_SCHED_TIE_NS of the smallest are tied and take turns by rate
+ * (smooth weighted round-robin on tie_credit, the lowest slot among equal
+ * credits; sched.pickEarliest says why). Class rules (sched.allowedClasses): primaries; overflow
  * links too once every usable primary's backlog reaches more than
  * AGGD_SCHED_OVERFLOW_NS beyond now; overflow and backup links when no
  * primary is usable. A SUSPECT link's packet also gets a copy on the best
@@ -19,8 +21,9 @@
  * link is charged too.
  *
  * In three pieces: aggd_sched_prepare reads the session's configuration,
- * aggd_sched_pick decides on a backlog snapshot, aggd_sched_charge updates
- * the shared backlog under the session's bpf_spin_lock (no helper or
+ * aggd_sched_pick decides on the backlogs and credits read without the lock,
+ * aggd_sched_charge and aggd_sched_settle_tie update them under the
+ * session's bpf_spin_lock (no helper or
  * function calls there; everything is __always_inline).
  *
  * Why prepare and pick are written without branches: every link adds a few
@@ -54,6 +57,9 @@
 /* sched.DefaultOverflowQueueDelay: 10 ms of queue on every primary. */
 #define AGGD_SCHED_OVERFLOW_NS 10000000ULL
 
+/* sched.TieWindow: arrivals this close to the earliest are a tie. */
+#define AGGD_SCHED_TIE_NS 1000000ULL
+
 /* Link slots are masked with this to give the verifier a bound it can see. */
 #define AGGD_FP_SLOT_MASK (AGGD_FP_MAX_LINKS - 1)
 _Static_assert((AGGD_FP_MAX_LINKS & (AGGD_FP_MAX_LINKS - 1)) == 0, "link slots are a power of two");
@@ -77,6 +83,9 @@ struct aggd_sched_links { /* kept small: it lives on a stack shared with the pro
 
 /* Larger than any arrival time or sort key: "not a candidate". */
 #define AGGD_SCHED_NEVER (1ULL << 62)
+/* Below any tie credit (which stays within a few times the sum of the
+ * links' rates): "no tied link yet". */
+#define AGGD_SCHED_NO_CREDIT ((__u64) - (1LL << 62))
 
 /* 1 if x != 0, else 0, without a branch. */
 static __always_inline __u64 aggd_nz64(__u64 x)
@@ -94,6 +103,12 @@ static __always_inline __u64 aggd_lt64(__u64 a, __u64 b)
 
 	aggd_barrier_var(d);
 	return d >> 63;
+}
+
+/* 1 if a < b as signed values, else 0, without a branch; |a|, |b| below 2^62. */
+static __always_inline __u64 aggd_slt64(__u64 a, __u64 b)
+{
+	return aggd_lt64(a, b);
 }
 
 /*
@@ -177,7 +192,7 @@ struct aggd_sched_choice {
 	__s32 link;      /* the link slot, -1: no usable link */
 	__s32 dup;       /* the redundant copy's link slot, -1: no copy */
 	__u32 sendable;  /* 1: the fast path can send on link now */
-	__u32 pad;
+	__u32 tied;      /* bit i: link i was tied with link (aggd_sched_settle_tie) */
 	__u64 link_tx_ns; /* what to charge link */
 	__u64 dup_tx_ns;  /* what to charge dup */
 };
@@ -191,34 +206,53 @@ static __always_inline __u64 aggd_sched_arrival(const __u64 *backlog_end, const 
 }
 
 /*
- * Choose the link for the packet: the allowed usable link with the earliest
- * expected arrival, ties to the lowest slot. If that link is suspect, choose
+ * Choose the link for the packet: among the allowed usable links, those
+ * whose expected arrival is within AGGD_SCHED_TIE_NS of the earliest are
+ * tied, and of them the one whose credit plus rate is the largest (the
+ * lowest slot among equals) wins; aggd_sched_settle_tie then books what the
+ * tie earned and paid. If that link is suspect, choose
  * the link for its copy: among the other usable links the fast path can send
  * on now (a copy cannot be handed to the slow path apart from its original),
  * links that are not suspect first, then links of an allowed class, then the
  * earliest arrival (sched.pickDuplicate; a copy may use a link the class
- * rules would not). Charges nothing. backlog_end is the session's backlog
- * or a snapshot of it.
+ * rules would not). Charges nothing. A link's share of a tie is its rate in
+ * the session s the links were prepared from.
  */
-static __always_inline void aggd_sched_pick(const __u64 *backlog_end, const struct aggd_sched_links *ls,
-					    __u64 now, struct aggd_sched_choice *c)
+static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st,
+					    const struct aggd_fp_tx_session *s,
+					    const struct aggd_sched_links *ls, __u64 now,
+					    struct aggd_sched_choice *c)
 {
+	const __u64 *backlog_end = st->backlog_end_ns;
 	__u64 allowed = aggd_sched_allowed(backlog_end, ls, now);
-	__u64 best = 0, best_at = AGGD_SCHED_NEVER, best_tx = 0, found = 0;
+	__u64 best_at = AGGD_SCHED_NEVER, found = 0;
+	__u64 best = 0, best_credit = AGGD_SCHED_NO_CREDIT, best_tx = 0, tied = 0;
 	__u64 d = 0, d_key = AGGD_SCHED_NEVER, d_tx = 0, d_found = 0, want_dup;
 
 #pragma clang loop unroll(disable)
 	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
 		__u64 cand = aggd_nz64(ls->cls[i] & allowed);
-		__u64 at = aggd_sched_arrival(backlog_end, ls, i, now);
-		__u64 better = aggd_lt64(aggd_sel64(cand, at, AGGD_SCHED_NEVER), best_at);
+		__u64 at = aggd_sel64(cand, aggd_sched_arrival(backlog_end, ls, i, now), AGGD_SCHED_NEVER);
 
-		best_at = aggd_sel64(better, at, best_at);
+		best_at = aggd_sel64(aggd_lt64(at, best_at), at, best_at);
+		found |= cand;
+	}
+
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
+		__u64 cand = aggd_nz64(ls->cls[i] & allowed);
+		__u64 at = aggd_sched_arrival(backlog_end, ls, i, now);
+		__u64 tie = cand & (aggd_lt64(best_at + AGGD_SCHED_TIE_NS, at) ^ 1);
+		__u64 credit = (__u64)st->tie_credit[i] + s->links[i].rate_bps;
+		__u64 better = tie & aggd_slt64(best_credit, credit);
+
+		tied |= tie << i;
+		best_credit = aggd_sel64(better, credit, best_credit);
 		best = aggd_sel64(better, i, best);
 		best_tx = aggd_sel64(better, ls->tx_ns[i], best_tx);
-		found |= better;
 	}
 	best &= AGGD_FP_SLOT_MASK;
+	c->tied = (__u32)tied;
 	c->link = (__s32)aggd_sel64(found, best, (__u64)-1);
 	c->sendable = (ls->sendable >> best) & found;
 	c->link_tx_ns = best_tx;
@@ -241,6 +275,24 @@ static __always_inline void aggd_sched_pick(const __u64 *backlog_end, const stru
 	d_found &= want_dup;
 	c->dup = (__s32)aggd_sel64(d_found, d & AGGD_FP_SLOT_MASK, (__u64)-1);
 	c->dup_tx_ns = d_tx;
+}
+
+/* Book a tie (sched.pickEarliest): every link of the tied set earns its
+ * rate in credit, and link, the one picked, pays what they earned together.
+ * Caller holds the lock of the tx_sched value tie_credit belongs to. */
+static __always_inline void aggd_sched_settle_tie(__s64 *tie_credit, const struct aggd_fp_tx_session *s,
+						  __u32 tied, __u32 link)
+{
+	__u64 earned = 0;
+
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
+		__u64 w = ((tied >> i) & 1) * s->links[i].rate_bps;
+
+		tie_credit[i] += w;
+		earned += w;
+	}
+	tie_credit[link & AGGD_FP_SLOT_MASK] -= earned;
 }
 
 /* Append tx_ns of transmission to link i's virtual queue. Caller holds the

@@ -565,15 +565,45 @@ func TestTxAQMMarksECN(t *testing.T) {
 func pickLinks(t *testing.T, tx *Tx, dst netip.Addr, n, size int) map[uint8]int {
 	t.Helper()
 	got := map[uint8]int{}
+	for _, id := range pickSequence(t, tx, dst, n, size) {
+		got[id]++
+	}
+	return got
+}
+
+// pickSequence is pickLinks in the order of the packets: the Link ID of each.
+func pickSequence(t *testing.T, tx *Tx, dst netip.Addr, n, size int) []uint8 {
+	t.Helper()
+	var ids []uint8
 	frame := frameOf(inner4(dst, size-28))
 	for i := range n {
 		ret, out := runTx(t, tx, frame, nil)
 		if ret != tcActRedirect {
 			t.Fatalf("packet %d: verdict %d; counters %v", i, ret, txVerdicts(t, tx))
 		}
-		got[out[14+20+8+2]]++
+		ids = append(ids, out[14+20+8+2])
 	}
-	return got
+	return ids
+}
+
+// schedTwins sets up session slot (routed from 10.<slot>.0.0/16) with L3
+// links of the given rates and base delays in the fast path, and returns a
+// Go scheduler with the same links, for the two to be fed the same packets.
+func schedTwins(t *testing.T, tx *Tx, slot uint32, rates []uint64, owds []time.Duration) *sched.Scheduler {
+	t.Helper()
+	var links []TxLink
+	var params []sched.LinkParams
+	for i, r := range rates {
+		l := l3Link(uint8(i), r)
+		l.BaseOWD = owds[i]
+		links = append(links, l)
+		params = append(params, sched.LinkParams{ID: uint8(i), Usable: true, RateBps: float64(r), BaseOWD: int64(owds[i])})
+	}
+	setTxSession(t, tx, slot, TxSession{Enabled: true, PeerIndex: slot, Key: testKey, MTU: 1500, Links: links})
+	setTxRoute(t, tx, fmt.Sprintf("10.%d.0.0/16", slot), slot)
+	s := sched.New(sched.Config{})
+	s.SetLinks(params)
+	return s
 }
 
 // Earliest expected arrival splits a backlogged session in proportion to
@@ -587,20 +617,11 @@ func pickLinks(t *testing.T, tx *Tx, dst netip.Addr, n, size int) map[uint8]int 
 func TestTxSchedulerSplit(t *testing.T) {
 	tx := loadTxT(t)
 	rates := []uint64{10e3, 30e3, 60e3}
-	var links []TxLink
-	var params []sched.LinkParams
-	for i, r := range rates {
-		links = append(links, l3Link(uint8(i), r))
-		params = append(params, sched.LinkParams{ID: uint8(i), Usable: true, RateBps: float64(r)})
-	}
-	setTxSession(t, tx, 5, TxSession{Enabled: true, PeerIndex: 5, Key: testKey, MTU: 1500, Links: links})
-	setTxRoute(t, tx, "10.5.0.0/16", 5)
+	s := schedTwins(t, tx, 5, rates, make([]time.Duration, len(rates)))
 
 	const n, size = 1000, 1000
 	got := pickLinks(t, tx, netip.MustParseAddr("10.5.0.1"), n, size)
 
-	s := sched.New(sched.Config{})
-	s.SetLinks(params)
 	ref := map[uint8]int{}
 	for range n {
 		id, _, _, ok := s.Pick(0, size+wire.Overhead)
@@ -622,6 +643,39 @@ func TestTxSchedulerSplit(t *testing.T) {
 	for i := range rates {
 		if c[i].Packets != uint64(got[uint8(i)]) || c[i].Bytes != uint64(got[uint8(i)]*size) {
 			t.Errorf("link %d counts %+v, want %d packets of %d bytes", i, c[i], got[uint8(i)], size)
+		}
+	}
+}
+
+// Links whose arrivals tie (within sched.TieWindow) take turns by rate, in
+// the same order as the Go scheduler's. The rates are Gbit/s, so one
+// 1056-byte datagram adds at most 8.4 µs of backlog: however fast the
+// test runs, every packet finds the three links' arrivals within the window
+// (their base delays differ by a fraction of it, as estimates of equal
+// links do), and the decision is the tie credits' alone. The Go scheduler,
+// fed the same packets at a fixed time, must pick the same sequence.
+func TestTxSchedulerTiesMatchGo(t *testing.T) {
+	tx := loadTxT(t)
+	rates := []uint64{1e9, 3e9, 6e9}
+	owds := []time.Duration{0, 300 * time.Microsecond, 100 * time.Microsecond}
+	s := schedTwins(t, tx, 7, rates, owds)
+
+	const n, size = 200, 1000
+	got := pickSequence(t, tx, netip.MustParseAddr("10.7.0.1"), n, size)
+
+	want := make([]uint8, 0, n)
+	counts := map[uint8]int{}
+	for range n {
+		id, _, _, _ := s.Pick(0, size+wire.Overhead)
+		want = append(want, id)
+		counts[id]++
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("fast path picked\n%v\nGo scheduler picked\n%v", got, want)
+	}
+	for i, r := range rates {
+		if w := n * int(r/1e9) / 10; counts[uint8(i)] != w {
+			t.Errorf("link %d: %d of %d packets, want %d (its share of the rates)", i, counts[uint8(i)], n, w)
 		}
 	}
 }
@@ -1005,7 +1059,7 @@ func TestTxMapLayout(t *testing.T) {
 		checkMapLayout(t, obj, spec, map[string][3]uint32{
 			"tx_routes":     {24, 4, 16384},
 			"tx_sessions":   {4, 352, MaxTxSessions},
-			"tx_sched":      {4, 72, MaxTxSessions},
+			"tx_sched":      {4, 136, MaxTxSessions},
 			"tx_seq":        {4, txSeqSize, MaxTxSessions},
 			"tx_verdicts":   {4, 8, uint32(len(TxVerdicts))},
 			"tx_link_stats": {4, 32, MaxTxSessions * MaxTxLinks},

@@ -12,6 +12,15 @@
 // each link's share settles in proportion to its rate with arrival times equalised,
 // which is what keeps the receiver's reorder buffer small.
 //
+// Links whose expected arrivals lie within TieWindow of the earliest are a tie, and
+// a tie is shared by rate (smooth weighted round-robin). Without that, links of
+// equal delay split in proportion to their rates only while they are all
+// backlogged: at partial load (a TCP flow recovering from a loss) every packet finds
+// the links idle and goes to the one whose base delay was measured a fraction of a
+// millisecond lower, so the split swings with the load, and that link alone carries
+// the bursts. Sharing ties keeps the split at the links' rates at any load, for at
+// most TieWindow of extra delay on a packet.
+//
 // This is per-packet code, mirrored by the BPF fast path: Pick does not allocate
 // and works on plain integers and floats. A Scheduler is not safe for concurrent
 // use; the session's transmit lock serialises Pick and SetLinks (and must, so that
@@ -48,6 +57,12 @@ type Config struct {
 // 10 ms of queue is where interactive traffic starts to notice.
 const DefaultOverflowQueueDelay = int64(10e6)
 
+// TieWindow is how close two links' expected arrivals must be to count as a tie
+// (ns): below the jitter of the links a bond is used on and the error of their
+// base-delay estimates, which are what tell equal links apart, and small next to
+// the reorder buffer's hold.
+const TieWindow = int64(1e6)
+
 // idle is the backlog end of a link that has never been charged. It is far in the
 // past, yet far enough from math.MinInt64 that backlogEnd-now cannot overflow.
 const idle = math.MinInt64 / 2
@@ -58,6 +73,9 @@ type linkState struct {
 	nsPerByte  float64 // transmission time of one byte at RateBps, ns
 	backlogEnd int64   // when the link's virtual queue drains
 	swrr       float64 // smooth weighted round-robin credit, pinned mode only
+	// tieCredit is the link's round-robin credit among tied links, in bits/s
+	// (integers, as in the BPF twin, so the two decide alike).
+	tieCredit int64
 }
 
 // Scheduler assigns packets to links. Create it with New.
@@ -83,7 +101,7 @@ func (s *Scheduler) SetLinks(links []LinkParams) {
 	for _, p := range links {
 		st := linkState{LinkParams: p, backlogEnd: idle}
 		if old := s.find(p.ID); old != nil {
-			st.backlogEnd, st.swrr = old.backlogEnd, old.swrr
+			st.backlogEnd, st.swrr, st.tieCredit = old.backlogEnd, old.swrr, old.tieCredit
 		}
 		if validRate(p.RateBps) {
 			st.nsPerByte = 8e9 / p.RateBps
@@ -124,8 +142,8 @@ func (s *Scheduler) Charge(id uint8, now int64, size int) {
 //
 // The class rules come first and decide the candidates. Among them, if the user
 // pinned any weights, the pinned candidates share the traffic by weight (unpinned
-// candidates get nothing); otherwise the earliest expected arrival wins, ties going
-// to the lowest link ID.
+// candidates get nothing); otherwise the earliest expected arrival wins, and links
+// within TieWindow of it share by rate.
 func (s *Scheduler) Pick(now int64, size int) (primary uint8, dup uint8, hasDup bool, ok bool) {
 	allowed := s.allowedClasses(now)
 	var best int
@@ -187,7 +205,10 @@ func (s *Scheduler) allowedClasses(now int64) classSet {
 }
 
 // pickEarliest returns the index of the allowed link with the earliest expected
-// arrival, or -1.
+// arrival, or -1. Links whose arrival is within TieWindow of the earliest are tied:
+// each of them earns its rate in credit, the one with the most (the lowest ID among
+// equals) is picked and pays what they earned together, so over many ties each
+// link's count follows its rate.
 func (s *Scheduler) pickEarliest(now int64, size int, allowed classSet) int {
 	best, bestArrival := -1, int64(0)
 	for i := range s.links {
@@ -199,7 +220,23 @@ func (s *Scheduler) pickEarliest(now int64, size int, allowed classSet) int {
 			best, bestArrival = i, a
 		}
 	}
-	return best
+	if best < 0 {
+		return -1
+	}
+	pick, earned := -1, int64(0)
+	for i := range s.links {
+		l := &s.links[i]
+		if !l.usable() || !allowed.has(l.Class) || l.arrival(now, size) > bestArrival+TieWindow {
+			continue
+		}
+		l.tieCredit += l.weight()
+		earned += l.weight()
+		if pick < 0 || l.tieCredit > s.links[pick].tieCredit {
+			pick = i
+		}
+	}
+	s.links[pick].tieCredit -= earned
+	return pick
 }
 
 // pickDuplicate chooses where the copy of a suspect link's packet goes: the other
@@ -276,6 +313,10 @@ func (l *linkState) usable() bool { return l.Usable && l.nsPerByte > 0 }
 // pinned reports whether the user fixed this link's weight (a usable one: positive
 // and finite).
 func (l *linkState) pinned() bool { return l.PinnedWeight > 0 && !math.IsInf(l.PinnedWeight, 1) }
+
+// weight is the link's share of a tie: its rate in whole bits/s, as the fast path
+// holds it.
+func (l *linkState) weight() int64 { return int64(l.RateBps) }
 
 // txTime is how long the link takes to send size bytes, ns.
 func (l *linkState) txTime(size int) int64 { return int64(float64(size) * l.nsPerByte) }

@@ -2,6 +2,7 @@ package sched
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -77,6 +78,50 @@ func TestLightTrafficRidesTheLowestDelayLink(t *testing.T) {
 	}
 }
 
+// Links of equal delay share even light traffic by rate: each packet finds them all
+// idle, so their arrivals tie, and ties go round by rate. A base delay a fraction of
+// a millisecond lower (as estimates of equal links differ) does not change that.
+func TestLightTrafficOnEqualLinksSharesByRate(t *testing.T) {
+	s := New(Config{})
+	s.SetLinks([]LinkParams{
+		primary(1, 10*mbit, 5*ms),
+		primary(2, 30*mbit, 5*ms+300*us),
+		primary(3, 60*mbit, 5*ms-200*us),
+	})
+	const n = 1000
+	counts := offer(t, s, 0, 10*ms, n, 1000, nil)
+	for id, want := range map[uint8]float64{1: 0.10, 2: 0.30, 3: 0.60} {
+		if got := float64(counts[id]) / n; math.Abs(got-want) > 0.002 {
+			t.Errorf("link %d got share %.3f, want %.2f ± 0.002 (counts %v)", id, got, want, counts)
+		}
+	}
+}
+
+// A tie shares by rate in every order: the link with the most credit goes first,
+// so two equal links alternate and no link waits more than its rate's turn.
+func TestTiedLinksAlternate(t *testing.T) {
+	s := New(Config{})
+	s.SetLinks([]LinkParams{primary(1, 10*mbit, 5*ms), primary(2, 10*mbit, 5*ms)})
+	var seq []uint8
+	for i := range 6 {
+		id, _, _, _ := s.Pick(int64(i)*10*ms, 1000)
+		seq = append(seq, id)
+	}
+	if want := []uint8{1, 2, 1, 2, 1, 2}; !slices.Equal(seq, want) {
+		t.Errorf("picks %v, want %v", seq, want)
+	}
+}
+
+// A link whose arrival is more than TieWindow later is not tied: it gets nothing
+// while the earlier link keeps up.
+func TestTieWindowBoundsTheSharing(t *testing.T) {
+	s := New(Config{})
+	s.SetLinks([]LinkParams{primary(1, 10*mbit, 5*ms), primary(2, 10*mbit, 5*ms+TieWindow+us)})
+	if counts := offer(t, s, 0, 10*ms, 100, 1000, nil); counts[1] != 100 {
+		t.Errorf("got %v, want all on link 1 (link 2 arrives %d ns later)", counts, TieWindow+us)
+	}
+}
+
 func TestLoadEqualisesExpectedArrival(t *testing.T) {
 	s := New(Config{})
 	s.SetLinks([]LinkParams{
@@ -92,10 +137,10 @@ func TestLoadEqualisesExpectedArrival(t *testing.T) {
 		}
 		b1, _ := s.Backlog(now, 1)
 		b2, _ := s.Backlog(now, 2)
-		// Arrival = backlog + OWD must agree within one packet, so link 1 runs
-		// 5 ms more queue than link 2.
-		if d := (b1 + 0) - (b2 + 5*ms); d > tx || d < -tx {
-			t.Fatalf("at %d: backlogs %d and %d, arrival difference %d > %d", now, b1, b2, d, tx)
+		// Arrival = backlog + OWD must agree within one packet and the tie
+		// window, so link 1 runs 5 ms more queue than link 2.
+		if d := (b1 + 0) - (b2 + 5*ms); d > tx+TieWindow || d < -tx-TieWindow {
+			t.Fatalf("at %d: backlogs %d and %d, arrival difference %d > %d", now, b1, b2, d, tx+TieWindow)
 		}
 		checked++
 	})
