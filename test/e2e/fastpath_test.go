@@ -105,16 +105,16 @@ func parseIperfUDP(out string) (iperfUDPResult, error) {
 // asserted: TBF's bursts reorder packets between links, and every gap hands the
 // ordering to the daemon until it has caught up.
 //
-// In order: a 10 Mbit/s UDP flow each way, which the scheduler keeps on one link
-// (light traffic rides the link with the earliest arrival), so packets arrive in
-// order: at least 95% of the data packets must take the fast path at every stage (CPE
-// and headend, transmit and receive), as the daemons' counters show. At 20 Mbit/s
-// iperf3's 1-ms pacing sends two 1228-byte packets at a time, and the second one's
-// earliest arrival ties between the 60-Mbit/s link (behind the first) and the idle
-// 30-Mbit/s one: the flow then straddles two links (in one run about 1 080 of 6 264
-// downstream packets went on the 30-Mbit/s link at 20 Mbit/s, none at 10), and every
-// overtaking hands the CPE's receive ordering to its daemon for a while (0.941 and
-// 0.950 of the packets in the kernel in two CI runs).
+// In order: a 10 Mbit/s UDP flow each way, whose packets arrive in order: at least
+// 95% of the data packets must take the fast path at every stage (CPE and headend,
+// transmit and receive), as the daemons' counters show. These links have no delay, so
+// a lone 1228-byte packet's expected arrivals on the three lie within sched.TieWindow
+// and the flow is shared by rate (the per-link counts are logged: about 10/30/60 %);
+// iperf3 paces it at one packet a millisecond, more than the links' transmission
+// times differ, so none overtakes another. (Before ties were shared, it rode the
+// 60-Mbit/s link alone; at 20 Mbit/s, two packets a millisecond, it straddled two
+// links, and every overtaking handed the CPE's receive ordering to its daemon for a
+// while: 0.941 and 0.950 of the packets in the kernel in two CI runs.)
 func TestFastPathCarriesTraffic(t *testing.T) {
 	n := newTopology(t)
 	wireLikeHosts(n)
@@ -186,8 +186,14 @@ func TestFastPathCarriesTraffic(t *testing.T) {
 		recv    string
 	}{{"upstream", false, "cpe", "hub"}, {"downstream", true, "hub", "cpe"}} {
 		before := map[string]map[string]map[string]float64{"cpe": b.verdictCounts(t, "cpe"), "hub": b.verdictCounts(t, "hub")}
+		peer := map[string]string{"cpe": "headend", "hub": "cpe1"}[dir.sender]
+		linksBefore := b.linkTx(t, dir.sender, peer)
 		lost, ooo := udpFlow(t, n, "10M", 3, dir.reverse)
 		t.Logf("UDP %s 10 Mbit/s: lost %.2f%%, out of order %d", dir.name, lost, ooo)
+		time.Sleep(300 * time.Millisecond)
+		for l, v := range b.linkTx(t, dir.sender, peer) {
+			t.Logf("  UDP %s: link %s carried %.0f packets", dir.name, l, v-linksBefore[l])
+		}
 		for _, stage := range []struct{ ns, d string }{{dir.sender, "tx"}, {dir.recv, "rx"}} {
 			after := b.verdictCounts(t, stage.ns)
 			share, total := fastShare(before[stage.ns][stage.d], after[stage.d])

@@ -15,9 +15,10 @@ import (
 // TestFastPathSurvivesDaemonKill kills the CPE's daemon (SIGKILL: no cleanup runs)
 // while traffic flows through the kernel fast path (ARCHITECTURE §8, issue #5).
 //
-//   - In-order traffic keeps flowing while no daemon runs: a 10 Mbit/s UDP flow, which
-//     the scheduler keeps on one link, goes on reaching the server through the pinned
-//     programs, with the persistent agg0 and the last link states.
+//   - In-order traffic keeps flowing while no daemon runs: a 10 Mbit/s UDP flow, whose
+//     packets arrive in order (TestFastPathCarriesTraffic), goes on reaching the
+//     server through the pinned programs, with the persistent agg0 and the last link
+//     states.
 //   - The restarted daemon adopts the pinned state (it says so, and keeps agg0), makes
 //     a new session, and retires the earlier run's once its own has taken the routes.
 //   - A TCP transfer that spans the kill and the restart finishes, and is still moving
