@@ -12,7 +12,8 @@
  * becomes max(now, backlog_end) + size*8e9/rate. Links whose arrival is
  * within AGGD_SCHED_TIE_NS of the smallest are tied and take turns by rate
  * (smooth weighted round-robin on tie_credit, the lowest slot among equal
- * credits; sched.pickEarliest says why). Class rules (sched.allowedClasses): primaries; overflow
+ * credits; sched.pickEarliest says why). Class rules
+ * (sched.allowedClasses): primaries; overflow
  * links too once every usable primary's backlog reaches more than
  * AGGD_SCHED_OVERFLOW_NS beyond now; overflow and backup links when no
  * primary is usable. A SUSPECT link's packet also gets a copy on the best
@@ -225,7 +226,7 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
 {
 	const __u64 *backlog_end = st->backlog_end_ns;
 	__u64 allowed = aggd_sched_allowed(backlog_end, ls, now);
-	__u64 best_at = AGGD_SCHED_NEVER, found = 0;
+	__u64 best_at = AGGD_SCHED_NEVER, found;
 	__u64 best = 0, best_credit = AGGD_SCHED_NO_CREDIT, best_tx = 0, tied = 0;
 	__u64 d = 0, d_key = AGGD_SCHED_NEVER, d_tx = 0, d_found = 0, want_dup;
 
@@ -235,9 +236,11 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
 		__u64 at = aggd_sel64(cand, aggd_sched_arrival(backlog_end, ls, i, now), AGGD_SCHED_NEVER);
 
 		best_at = aggd_sel64(aggd_lt64(at, best_at), at, best_at);
-		found |= cand;
 	}
 
+	/* The backlogs are read again here, and another CPU may have charged
+	 * the earliest link meanwhile: then the tie can come out empty, and
+	 * the packet goes to the slow path (no link) rather than to slot 0. */
 #pragma clang loop unroll(disable)
 	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
 		__u64 cand = aggd_nz64(ls->cls[i] & allowed);
@@ -252,6 +255,7 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
 		best_tx = aggd_sel64(better, ls->tx_ns[i], best_tx);
 	}
 	best &= AGGD_FP_SLOT_MASK;
+	found = aggd_nz64(tied);
 	c->tied = (__u32)tied;
 	c->link = (__s32)aggd_sel64(found, best, (__u64)-1);
 	c->sendable = (ls->sendable >> best) & found;
