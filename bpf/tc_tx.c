@@ -308,10 +308,10 @@ static __noinline int tx_emit(struct __sk_buff *skb, const struct aggd_fp_tx_ses
 
 /*
  * The scheduling decision for a packet of size bytes (outer datagram) at now
- * (aggd_sched.h), on the session's scheduler state st read without its lock. A global function: the verifier checks it once, on its
- * own, and the caller sees only the result; its stack frame is also not
- * added to tx_emit's. It sees the pointer arguments as possibly NULL, hence
- * the checks.
+ * (aggd_sched.h), on the session's scheduler state st read without its lock.
+ * A global function: the verifier checks it once, on its own, and the caller
+ * sees only the result; its stack frame is also not added to tx_emit's. It
+ * sees the pointer arguments as possibly NULL, hence the checks.
  */
 __noinline int tx_schedule(const struct aggd_fp_tx_session *s, const struct aggd_fp_sched_state *st,
 			   struct aggd_sched_choice *c, __u32 size, __u64 now)

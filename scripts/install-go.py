@@ -79,8 +79,7 @@ def installed_version(go):
 def go_arch():
     arch = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(platform.machine())
     if not arch:
-        die(f"no Go release is fetched for this machine's architecture ({platform.machine()}); "
-            f"{BY_HAND}")
+        die(f"no Go release is fetched for this machine's architecture ({platform.machine()}); {BY_HAND}")
     return arch
 
 

@@ -86,7 +86,7 @@ struct aggd_sched_links { /* kept small: it lives on a stack shared with the pro
 #define AGGD_SCHED_NEVER (1ULL << 62)
 /* Below any tie credit (which stays within a few times the sum of the
  * links' rates): "no tied link yet". */
-#define AGGD_SCHED_NO_CREDIT ((__u64) - (1LL << 62))
+#define AGGD_SCHED_NO_CREDIT ((__u64)(-(1LL << 62)))
 
 /* 1 if x != 0, else 0, without a branch. */
 static __always_inline __u64 aggd_nz64(__u64 x)

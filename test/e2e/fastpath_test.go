@@ -184,14 +184,14 @@ func TestFastPathCarriesTraffic(t *testing.T) {
 		reverse bool
 		sender  string
 		recv    string
-	}{{"upstream", false, "cpe", "hub"}, {"downstream", true, "hub", "cpe"}} {
+		peer    string // the sender's name for the other side
+	}{{"upstream", false, "cpe", "hub", "headend"}, {"downstream", true, "hub", "cpe", "cpe1"}} {
 		before := map[string]map[string]map[string]float64{"cpe": b.verdictCounts(t, "cpe"), "hub": b.verdictCounts(t, "hub")}
-		peer := map[string]string{"cpe": "headend", "hub": "cpe1"}[dir.sender]
-		linksBefore := b.linkTx(t, dir.sender, peer)
+		linksBefore := b.linkTx(t, dir.sender, dir.peer)
 		lost, ooo := udpFlow(t, n, "10M", 3, dir.reverse)
 		t.Logf("UDP %s 10 Mbit/s: lost %.2f%%, out of order %d", dir.name, lost, ooo)
-		time.Sleep(300 * time.Millisecond)
-		for l, v := range b.linkTx(t, dir.sender, peer) {
+		time.Sleep(300 * time.Millisecond) // as above: the kernel's sends are merged every probe interval
+		for l, v := range b.linkTx(t, dir.sender, dir.peer) {
 			t.Logf("  UDP %s: link %s carried %.0f packets", dir.name, l, v-linksBefore[l])
 		}
 		for _, stage := range []struct{ ns, d string }{{dir.sender, "tx"}, {dir.recv, "rx"}} {
