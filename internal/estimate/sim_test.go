@@ -272,7 +272,6 @@ func (s *sim) endPeriod() {
 	s.lastReport, s.reportDue = s.now, false
 	row := make([]uint64, len(s.links))
 	sentRow := make([]uint64, len(s.links))
-	least, most := time.Duration(-1), time.Duration(0)
 	for i, l := range s.links {
 		smp := Sample{Interval: interval, Delivered: l.delivered, Packets: uint32(l.delivered / simPacket), Sent: l.sent,
 			Stalled: s.senderStalled}
@@ -283,18 +282,10 @@ func (s *sim) endPeriod() {
 			smp.Queue, smp.HaveQueue = l.owdMin-l.floor, true
 		}
 		rep.samples = append(rep.samples, smp)
-		if smp.HaveQueue && (least < 0 || smp.Queue < least) {
-			least = smp.Queue
-		}
-		if smp.HaveQueue {
-			most = max(most, smp.Queue)
-		}
 		row[i], sentRow[i] = l.delivered, l.sent
 		l.delivered, l.sent = 0, 0
 	}
-	for i := range rep.samples {
-		rep.samples[i].LeastQueue, rep.samples[i].MostQueue = max(least, 0), most
-	}
+	SetBondQueues(rep.samples) // the simulated links have no jitter: MostQueue is the largest queue
 	s.senderStalled = 0
 	s.history = append(s.history, row)
 	s.sentHistory = append(s.sentHistory, sentRow)

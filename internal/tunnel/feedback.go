@@ -110,7 +110,6 @@ type period struct {
 // because each needs the least queue among all the links that carried traffic.
 func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackBody) {
 	var periods []period
-	least, most := time.Duration(-1), time.Duration(0)
 	s.feedbackMu.Lock()
 	defer s.feedbackMu.Unlock()
 	// FEEDBACK goes out on whichever link is best at the moment, so an older one can
@@ -150,20 +149,19 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 			continue
 		}
 		periods = append(periods, period{fl, smp})
-		if smp.HaveQueue && smp.Delivered > 0 {
-			if least < 0 || smp.Queue < least {
-				least = smp.Queue
-			}
-			most = max(most, smp.Queue)
-		}
 	}
 	if delivering == 0 {
 		oweTogether(links)
 	}
+	smps := make([]estimate.Sample, len(periods))
+	for i, p := range periods {
+		smps[i] = p.smp
+	}
+	least := estimate.SetBondQueues(smps)
 	bondLoaded := bondLoaded(periods)
-	for _, p := range periods {
-		p.smp.LeastQueue, p.smp.MostQueue, p.smp.BondLoaded = max(least, 0), most, bondLoaded
-		p.l.estimate(p.smp)
+	for i, p := range periods {
+		smps[i].BondLoaded = bondLoaded
+		p.l.estimate(smps[i])
 	}
 	// A report that shows a busy link's data stopped arriving, or owed on it, acts now,
 	// not at the next tick (quiet.go).
@@ -172,7 +170,7 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 			s.checkLinkHealth(fl, now)
 		}
 	}
-	s.bondQueue.Store(int64(max(least, 0)))
+	s.bondQueue.Store(int64(least))
 	s.bondQueueGen.Add(1)
 	s.schedDue.Store(true)
 }
