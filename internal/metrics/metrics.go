@@ -36,6 +36,8 @@ type Set struct {
 	LinkDuplicate  *prometheus.CounterVec
 	LinkCapacity   *prometheus.GaugeVec
 	LinkQueueDelay *prometheus.GaugeVec
+	LinkBaseDelay  *prometheus.GaugeVec
+	LinkJitter     *prometheus.GaugeVec
 	LinkInfo       *prometheus.GaugeVec
 	LinkMTU        *prometheus.GaugeVec
 
@@ -95,6 +97,11 @@ func New() *Set {
 		LinkCapacity:  gaugeVec("link_capacity_bits_per_second", "Estimated capacity of a link towards the peer: its delivery rate while queueing, Kalman-filtered (0 until measured or configured).", linkLabels),
 		LinkMTU: gaugeVec("link_mtu_bytes", "Largest inner packet a link takes (its MTU less the tunnel's outer headers, at most the CPE's tunnel MTU), "+
 			"as the CPE announces it to the headend; 0 while unknown. A headend routes each CPE's prefixes with the smallest of its links'.", linkLabels),
+		LinkBaseDelay: gaugeVec("link_base_delay_seconds", "Base one-way delay of a link towards the peer, without queueing, as the scheduler adds it "+
+			"to a packet's expected arrival: relative to the session's lowest link once the peer reports one-way delays on every link "+
+			"(the clocks' offset cancels out), half the link's RTT until then.", linkLabels),
+		LinkJitter: gaugeVec("link_jitter_seconds", "Smoothed spread of a link's one-way delay towards the peer within a report period "+
+			"(the period's last data packet above its smallest): the delay noise a queue must stand above to count.", linkLabels),
 		LinkQueueDelay: gaugeVec("link_queue_delay_seconds", "Queueing delay of a link towards the peer: the last report period's smallest one-way delay above the link's floor.", linkLabels),
 		Sessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "aggd", Name: "sessions", Help: "Established sessions.",
@@ -144,7 +151,7 @@ func New() *Set {
 	s.Registry.MustRegister(
 		s.LinkTxBytes, s.LinkTxPackets, s.LinkRxBytes, s.LinkRxPackets, s.LinkLost,
 		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkDuplicate,
-		s.LinkCapacity, s.LinkQueueDelay, s.LinkInfo, s.LinkMTU,
+		s.LinkCapacity, s.LinkQueueDelay, s.LinkBaseDelay, s.LinkJitter, s.LinkInfo, s.LinkMTU,
 		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
 		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.UplinkEvents, s.FallbackDirect, s.FallbackTransitions,

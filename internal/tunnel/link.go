@@ -136,7 +136,7 @@ type link struct {
 type linkMetrics struct {
 	txBytes, txPackets, rxBytes, rxPackets, lost, dup prometheus.Counter
 	rtt, loss, rate, schedRate, up, suspect           prometheus.Gauge
-	capacity, queue, mtu                              prometheus.Gauge
+	capacity, queue, mtu, baseDelay, jitter           prometheus.Gauge
 }
 
 // rxAccount is what the receiver learns about a link from the data arriving on it.
@@ -518,6 +518,7 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 		}
 		spread := float64(max(0, r.OWDLastMicros-r.OWDMinMicros))
 		l.jitterUs += (spread - l.jitterUs) / 8
+		l.m.jitter.Set(l.jitterUs / 1e6)
 	}
 	sent, blocked := l.txData.Load(), l.blockedNs.Load()
 	if !l.smpStarted {

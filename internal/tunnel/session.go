@@ -203,7 +203,8 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 			rate: s.m.LinkRate.WithLabelValues(lbl...), schedRate: s.m.LinkRatePrior.WithLabelValues(lbl...),
 			up: s.m.LinkUp.WithLabelValues(lbl...), suspect: s.m.LinkSuspect.WithLabelValues(lbl...),
 			capacity: s.m.LinkCapacity.WithLabelValues(lbl...), queue: s.m.LinkQueueDelay.WithLabelValues(lbl...),
-			mtu: s.m.LinkMTU.WithLabelValues(lbl...),
+			mtu: s.m.LinkMTU.WithLabelValues(lbl...), baseDelay: s.m.LinkBaseDelay.WithLabelValues(lbl...),
+			jitter: s.m.LinkJitter.WithLabelValues(lbl...),
 		},
 	}
 	l.rx.repairs = s.asksRepairs()
@@ -418,6 +419,7 @@ func (s *Session) refreshSchedule() {
 		if haveFloors {
 			p.BaseOWD = int64(floors[i]-minFloor) * 1000
 		}
+		l.m.baseDelay.Set(float64(p.BaseOWD) / 1e9)
 		params = append(params, p)
 	}
 	var gap time.Duration

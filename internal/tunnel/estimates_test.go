@@ -1,0 +1,64 @@
+package tunnel
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// The delay estimates the scheduler and the estimators work with are exported per
+// link, as the peer's reports make them: the base one-way delay added to each link's
+// expected arrival (half the RTT until the peer reports one-way delays on every link,
+// then relative to the lowest link's floor, so that the clocks' offset cancels), and
+// the jitter a queue must stand above to count.
+func TestLinkDelayEstimatesAreExported(t *testing.T) {
+	m := metrics.New()
+	cfg := testSession()
+	cfg.Peer = "hub"
+	s := newSession(cfg, m, discard, 1, func([]byte) {})
+	t.Cleanup(s.close)
+	drop := func(*link, []byte) error { return nil }
+	dsl := s.addLink(LinkSpec{ID: 0, Name: "dsl"}, drop)
+	lte := s.addLink(LinkSpec{ID: 1, Name: "lte"}, drop)
+	seconds := func(vec *prometheus.GaugeVec, name string) time.Duration {
+		return time.Duration(math.Round(gauge(vec.WithLabelValues("hub", name)) * 1e9))
+	}
+	check := func(step string, vec *prometheus.GaugeVec, what string, want map[string]time.Duration) {
+		t.Helper()
+		for name, w := range want {
+			if got := seconds(vec, name); got != w {
+				t.Errorf("%s: %s of %s = %v, want %v", step, what, name, got, w)
+			}
+		}
+	}
+
+	now := time.Now()
+	dsl.onReply(now, 24*time.Millisecond)
+	lte.onReply(now, 60*time.Millisecond)
+	s.refreshSchedule()
+	check("probe replies only", m.LinkBaseDelay, "base delay", map[string]time.Duration{"dsl": 12 * time.Millisecond, "lte": 30 * time.Millisecond})
+
+	// The peer's clock runs 5 s ahead: only the difference between the links' floors
+	// is a delay. Each report's last packet came 8 ms (dsl) and 24 ms (lte) above the
+	// period's smallest delay.
+	const offset = 5_000_000 // µs
+	report := func(peerTime uint32, pkts uint32) {
+		s.onFeedback(now, peerTime, wire.FeedbackBody{Counter: uint64(peerTime), Links: []wire.LinkReport{
+			{LinkID: 0, RxPackets: pkts, RxBytes: uint64(pkts) * 1000, HighestLinkSeq: pkts,
+				OWDMinMicros: offset + 11_000, OWDLastMicros: offset + 19_000},
+			{LinkID: 1, RxPackets: pkts, RxBytes: uint64(pkts) * 1000, HighestLinkSeq: pkts,
+				OWDMinMicros: offset + 29_000, OWDLastMicros: offset + 53_000},
+		}})
+	}
+	report(1, 10)
+	s.refreshSchedule()
+	check("one report", m.LinkBaseDelay, "base delay", map[string]time.Duration{"dsl": 0, "lte": 18 * time.Millisecond})
+	check("one report", m.LinkJitter, "jitter", map[string]time.Duration{"dsl": time.Millisecond, "lte": 3 * time.Millisecond})
+	report(2, 20)
+	check("two reports", m.LinkJitter, "jitter", map[string]time.Duration{"dsl": 1875 * time.Microsecond, "lte": 5625 * time.Microsecond})
+}
