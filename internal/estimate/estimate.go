@@ -141,13 +141,9 @@ type Sample struct {
 	// between links cannot drain it, so only the excess over LeastQueue moves traffic.
 	LeastQueue time.Duration
 	// MostQueue is the largest queue among them beyond its link's own delay noise
-	// (the queue less half the link's Jitter, as saturated judges a link). Probing a
-	// link above its capacity estimate makes sense only when some other link is
-	// queueing (the sender wants more than the bond gives): when none is, the sender
-	// is the limit, and probing would only skew the split. Noise taken for a queue
-	// did just that: on the lab's three equal links with 2 ms of jitter, period minima
-	// a millisecond or two apart let two links probe to 1.3 and 1.5 times their
-	// capacity, and a lighter load then kept the third at a fifth of the traffic.
+	// (SetBondQueues). Probing a link above its capacity estimate makes sense only
+	// when some other link is queueing (the sender wants more than the bond gives):
+	// when none is, the sender is the limit, and probing would only skew the split.
 	MostQueue time.Duration
 	// Stalled is how long our own writes to the link stalled in the period. Most of
 	// the period (stalledFrac) means its queue is local (the uplink's qdisc is full and
@@ -166,13 +162,17 @@ type Sample struct {
 	BondLoaded bool
 }
 
-// SetBondQueues sets the LeastQueue and MostQueue of one period's samples, one per
-// link of a session, and returns the least queue: the smallest among the links that
-// carried traffic in the period, and the most any of them held beyond its own delay
-// noise (half its Jitter: what saturated allows a link's own queue). Jitter also takes
-// in a queue that grows within the period, so a link filling up counts for less here
-// than its queue; its queue still counts in full once it stands (in the lab's SOHO
-// downstream the cable link's 20-45 ms under TCP kept the LTE link probing throughout).
+// SetBondQueues sets on each of one period's samples (one per link of a session)
+// LeastQueue, the smallest queue among the links that carried traffic in the period,
+// and MostQueue, the most any of them held beyond its own delay noise: its queue less
+// half its Jitter, the margin saturated allows a link's own queue. It returns
+// LeastQueue. Counted whole, period minima a millisecond or two apart on links with
+// 2 ms of jitter (the lab's lossy scenario) let two of three equal links probe to 1.3
+// and 1.5 times their capacity, and a lighter load then kept the third at a fifth of
+// the traffic. Jitter also takes in a queue that grows within the period, so a link
+// filling up counts for less here than its queue; its queue still counts in full once
+// it stands (in the lab's SOHO downstream the cable link's 20-45 ms under TCP kept the
+// LTE link probing throughout).
 func SetBondQueues(smps []Sample) (least time.Duration) {
 	least, most := time.Duration(-1), time.Duration(0)
 	for _, s := range smps {
