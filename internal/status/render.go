@@ -74,7 +74,7 @@ func bytesSI(v float64) string {
 func renderPeer(b *strings.Builder, p, prev *Peer, dt float64) {
 	fmt.Fprintf(b, "peer %s\n", p.Name)
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	head := []string{"  link", "state", "rtt", "queue", "loss", "capacity", "scheduler"}
+	head := []string{"  link", "state", "rtt", "delay", "queue", "jitter", "loss", "capacity", "scheduler"}
 	if prev != nil {
 		head = append(head, "sending", "share", "receiving")
 	}
@@ -93,7 +93,7 @@ func renderPeer(b *strings.Builder, p, prev *Peer, dt float64) {
 		}
 	}
 	for i, l := range p.Links {
-		row := []string{"  " + l.Label(), l.State(), millis(l.RTT), queue(l.QueueDelay),
+		row := []string{"  " + l.Label(), l.State(), millis(l.RTT), measuredDelay(l.BaseDelay), measuredDelay(l.QueueDelay), measuredDelay(l.Jitter),
 			percent(l.Loss), estimate(l.Capacity), estimate(l.SchedRate)}
 		if prev != nil {
 			share := "-"
@@ -105,7 +105,7 @@ func renderPeer(b *strings.Builder, p, prev *Peer, dt float64) {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	if prev != nil {
-		fmt.Fprintln(tw, strings.Join([]string{"  all links", "", "", "", "", "", "", mbit(total), "", mbit(totalRx)}, "\t"))
+		fmt.Fprintln(tw, strings.Join([]string{"  all links", "", "", "", "", "", "", "", "", mbit(total), "", mbit(totalRx)}, "\t"))
 	}
 	_ = tw.Flush()
 	if p.HoldTime > 0 || p.ReorderHeld > 0 || p.ReorderLost > 0 {
@@ -169,8 +169,9 @@ func estimate(bps float64) string {
 	return mbit(bps)
 }
 
-// queue is a queueing delay: 0 is a measurement (no queue), not a missing one.
-func queue(d time.Duration) string {
+// measuredDelay is a delay whose 0 is a measurement, not a missing one: no queue, no
+// delay above the lowest link's, no jitter.
+func measuredDelay(d time.Duration) string {
 	if d <= 0 {
 		return "0 ms"
 	}

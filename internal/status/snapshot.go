@@ -31,6 +31,8 @@ type Link struct {
 	Up, Suspect bool
 	RTT         time.Duration // smoothed, from probes
 	QueueDelay  time.Duration // one-way delay above the link's floor
+	BaseDelay   time.Duration // base one-way delay as the scheduler adds it (relative to the lowest link's)
+	Jitter      time.Duration // usual spread of the one-way delay within a report period
 	Loss        float64       // recent loss ratio, as the peer reports it
 	Capacity    float64       // bit/s, estimated (0: not measured yet)
 	Delivery    float64       // bit/s, measured delivery rate
@@ -258,6 +260,8 @@ var linkSetters = map[string]func(*Link, float64){
 	"aggd_link_suspect":                        func(l *Link, v float64) { l.Suspect = v == 1 },
 	"aggd_link_rtt_seconds":                    func(l *Link, v float64) { l.RTT = seconds(v) },
 	"aggd_link_queue_delay_seconds":            func(l *Link, v float64) { l.QueueDelay = seconds(v) },
+	"aggd_link_base_delay_seconds":             func(l *Link, v float64) { l.BaseDelay = seconds(v) },
+	"aggd_link_jitter_seconds":                 func(l *Link, v float64) { l.Jitter = seconds(v) },
 	"aggd_link_loss_ratio":                     func(l *Link, v float64) { l.Loss = v },
 	"aggd_link_capacity_bits_per_second":       func(l *Link, v float64) { l.Capacity = v },
 	"aggd_link_delivery_rate_bits_per_second":  func(l *Link, v float64) { l.Delivery = v },

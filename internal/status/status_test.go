@@ -39,15 +39,18 @@ func threeLinks(m *metrics.Set) {
 		up, suspect float64
 		rtt, queue  float64
 		capacity    float64
+		base, jit   float64
 	}{
-		{"dsl", 1, 0, 0.025, 0.002, 0.9e6},
-		{"cable", 1, 0, 0.012, 0, 9.5e6},
-		{"lte", 1, 1, 0.052, 0.010, 0},
+		{"dsl", 1, 0, 0.025, 0.002, 0.9e6, 0.0065, 0.0013},
+		{"cable", 1, 0, 0.012, 0, 9.5e6, 0, 0.0021},
+		{"lte", 1, 1, 0.052, 0.010, 0, 0.0198, 0.0117},
 	} {
 		m.LinkUp.WithLabelValues("hub", l.name).Set(l.up)
 		m.LinkSuspect.WithLabelValues("hub", l.name).Set(l.suspect)
 		m.LinkRTT.WithLabelValues("hub", l.name).Set(l.rtt)
 		m.LinkQueueDelay.WithLabelValues("hub", l.name).Set(l.queue)
+		m.LinkBaseDelay.WithLabelValues("hub", l.name).Set(l.base)
+		m.LinkJitter.WithLabelValues("hub", l.name).Set(l.jit)
 		m.LinkCapacity.WithLabelValues("hub", l.name).Set(l.capacity)
 		m.LinkRatePrior.WithLabelValues("hub", l.name).Set(l.capacity * 0.9)
 		m.LinkLoss.WithLabelValues("hub", l.name).Set(0.003)
@@ -74,7 +77,8 @@ func TestFetchReadsTheDaemonsMetrics(t *testing.T) {
 		}
 	}
 	dsl := hub.Link("dsl")
-	if dsl.RTT != 25*time.Millisecond || dsl.QueueDelay != 2*time.Millisecond || dsl.Capacity != 0.9e6 || dsl.Loss != 0.003 {
+	if dsl.RTT != 25*time.Millisecond || dsl.QueueDelay != 2*time.Millisecond || dsl.Capacity != 0.9e6 || dsl.Loss != 0.003 ||
+		dsl.BaseDelay != 6500*time.Microsecond || dsl.Jitter != 1300*time.Microsecond {
 		t.Errorf("dsl read as %+v", dsl)
 	}
 	if hub.ReorderHeld != 200 || hub.ReorderHoldSeconds != 0.6 || hub.HoldTime != 42*time.Millisecond {
@@ -126,8 +130,13 @@ func TestRenderOneReadingHasNoRates(t *testing.T) {
 	if strings.Contains(out.String(), "sending") {
 		t.Errorf("a single reading cannot show rates:\n%s", out.String())
 	}
-	if !strings.Contains(out.String(), "9.5 Mbit/s") || !strings.Contains(out.String(), "52 ms") {
-		t.Errorf("estimates missing:\n%s", out.String())
+	for _, want := range []string{"9.5 Mbit/s", "52 ms", // cable's capacity, lte's RTT
+		"6.5 ms", "1.3 ms", // dsl's base delay (above cable's) and jitter
+		"20 ms", "12 ms", // lte's
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("estimate %q missing:\n%s", want, out.String())
+		}
 	}
 }
 
