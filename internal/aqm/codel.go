@@ -22,6 +22,15 @@
 // faster drops, acting on the same stale figure, each cost a TCP flow another window
 // reduction before the first one could show (in the lab's 3 × 1.5 Mbit/s bond, about
 // eight drops per queue cycle, the queue collapsing to nothing and the links idling).
+//
+// A newer measure is not yet an answer, either. A drop shows in a measure only after
+// the sender has seen it (the flow's RTT), its smaller window has reached the links,
+// and a report period holding those packets has come back: two RTTs and a report
+// period at the soonest (SetReaction). Until then another drop only cuts the same
+// flow's window again: behind a lone 45-ms LTE link the bond dropped every 100 ms, so
+// one queue cycle cost a CUBIC flow two or three reductions, its window fell below
+// the link's bandwidth-delay product, and the link idled (the lab's standby scenario,
+// where the flow settled at 0.88-0.92 of what the link gives it without the bond).
 package aqm
 
 import "math"
@@ -30,6 +39,8 @@ import "math"
 // transmit lock guards it. Times are nanoseconds of a monotonic clock.
 type Codel struct {
 	target, interval int64
+	reaction         int64 // SetReaction
+	lastDrop         int64 // when the last drop was made; 0: none yet
 
 	firstAbove int64 // when the queue would have been above target for an interval; 0: below
 	dropping   bool
@@ -47,6 +58,15 @@ func New(target, interval int64) *Codel {
 // SetTarget changes the target queueing delay (ns).
 func (c *Codel) SetTarget(target int64) { c.target = target }
 
+// SetReaction sets how long after a drop a measure can first show the senders'
+// response to it (ns): no drop follows another sooner, whatever the control law says.
+func (c *Codel) SetReaction(reaction int64) { c.reaction = reaction }
+
+// answered tells whether the last drop's effect can show in a measure taken now.
+func (c *Codel) answered(now int64) bool {
+	return c.lastDrop == 0 || now-c.lastDrop >= c.reaction
+}
+
 // Drop reports whether the packet being sent at now should be dropped, given the
 // bond's current standing queue (ns) and that measure's generation gen (a number that
 // changes with every new measure).
@@ -60,7 +80,7 @@ func (c *Codel) Drop(now, queue int64, gen uint64) bool {
 		return false
 	}
 	if !c.dropping {
-		if now < c.firstAbove {
+		if now < c.firstAbove || !c.answered(now) {
 			return false
 		}
 		c.dropping = true
@@ -72,15 +92,15 @@ func (c *Codel) Drop(now, queue int64, gen uint64) bool {
 		}
 		c.lastCount = c.count
 		c.dropNext = c.next(now)
-		c.dropGen = gen
+		c.dropGen, c.lastDrop = gen, now
 		return true
 	}
-	if now < c.dropNext || gen == c.dropGen {
+	if now < c.dropNext || gen == c.dropGen || !c.answered(now) {
 		return false
 	}
 	c.count++
 	c.dropNext = c.next(c.dropNext)
-	c.dropGen = gen
+	c.dropGen, c.lastDrop = gen, now
 	return true
 }
 
@@ -89,15 +109,15 @@ func (c *Codel) Drop(now, queue int64, gen uint64) bool {
 // (bpf/include/aggd_aqm.h). Called with every new measure of the bond's standing queue
 // (gen as for Drop), it returns the spacing between drops from now on, or 0 when the
 // bond is not to drop. Like Drop it counts at most one drop per measure, and the
-// spacing is never shorter than period, the time between measures: one drop per
-// measure, as Drop allows. It counts a drop as made when one was due: exact while
+// spacing is never shorter than period, the time between measures, or the reaction
+// time: one drop per answered measure, as Drop allows. It counts a drop as made when one was due: exact while
 // packets come at least as often as drops are due, which is so while a sender keeps a
 // queue.
 func (c *Codel) Spacing(now, queue int64, gen uint64, period int64) int64 {
 	if !c.Drop(now, queue, gen) && !c.dropping {
 		return 0
 	}
-	return max(c.next(0), period)
+	return max(c.next(0), period, c.reaction)
 }
 
 func (c *Codel) next(from int64) int64 {

@@ -119,3 +119,56 @@ func TestNoSecondDropOnTheSameMeasure(t *testing.T) {
 		t.Errorf("%d drops in a second with a report every 100 ms, want one per report (8-10)", n)
 	}
 }
+
+// Until a drop can have shown in a measure (the reaction time), fresh measures that
+// still show the queue above target allow no further drop: they were taken before the
+// sender answered. Once the reaction time has passed, the control law resumes.
+func TestNoSecondDropBeforeTheFirstCanShow(t *testing.T) {
+	c := New(10*ms, 100*ms)
+	c.SetReaction(250 * ms)
+	var drops []int64
+	var g uint64
+	for now := ms; now < 2000*ms; now += ms {
+		if now%(20*ms) == 0 {
+			g++ // a report every 20 ms, every one above target
+		}
+		if c.Drop(now, 50*ms, g) {
+			drops = append(drops, now)
+		}
+	}
+	if len(drops) < 2 {
+		t.Fatalf("drops at %v: want the control law to go on after the reaction time", drops)
+	}
+	for i := 1; i < len(drops); i++ {
+		if gap := drops[i] - drops[i-1]; gap < 250*ms {
+			t.Errorf("drops at %d and %d ms: %d ms apart, within the 250-ms reaction time", drops[i-1]/ms, drops[i]/ms, gap/ms)
+		}
+	}
+	// Without a reaction time the same measures drop at CoDel's own pace.
+	c = New(10*ms, 100*ms)
+	n := 0
+	for now := ms; now < 2000*ms; now += ms {
+		if now%(20*ms) == 0 {
+			g++
+		}
+		if c.Drop(now, 50*ms, g) {
+			n++
+		}
+	}
+	if n <= len(drops) {
+		t.Errorf("%d drops without a reaction time, %d with one: want more without", n, len(drops))
+	}
+}
+
+// The fast path's spacing never undercuts the reaction time either.
+func TestSpacingWaitsForTheReaction(t *testing.T) {
+	c := New(10*ms, 100*ms)
+	c.SetReaction(250 * ms)
+	var g uint64
+	for now := int64(0); now <= 3000*ms; now += 20 * ms {
+		g++
+		if sp := c.Spacing(now, 50*ms, g, 20*ms); sp != 0 && sp < 250*ms {
+			t.Fatalf("at %d ms: spacing %d ms, below the reaction time", now/ms, sp/ms)
+		}
+	}
+}

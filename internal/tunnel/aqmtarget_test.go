@@ -40,3 +40,34 @@ func TestAQMTargetCoversTheSlowestLink(t *testing.T) {
 		}
 	}
 }
+
+// An AQM drop's answer can show two RTTs of the fastest link carrying traffic and a
+// report period later at the soonest; links that carry nothing now do not count.
+func TestAQMReactionIsTheEarliestAnswer(t *testing.T) {
+	const period = 100 * time.Millisecond
+	ms := time.Millisecond
+	link := func(usable bool, class sched.Class) sched.LinkParams {
+		return sched.LinkParams{RateBps: 1e6, Usable: usable, Class: class}
+	}
+	cases := []struct {
+		name  string
+		links []sched.LinkParams
+		rtts  []time.Duration
+		want  time.Duration
+	}{
+		{"the faster of two primaries", []sched.LinkParams{link(true, sched.ClassPrimary), link(true, sched.ClassPrimary)},
+			[]time.Duration{75 * ms, 20 * ms}, 140 * ms},
+		{"an idle backup does not count", []sched.LinkParams{link(true, sched.ClassPrimary), link(true, sched.ClassBackup)},
+			[]time.Duration{40 * ms, 10 * ms}, 180 * ms},
+		{"nor a dead primary", []sched.LinkParams{link(false, sched.ClassPrimary), link(true, sched.ClassPrimary)},
+			[]time.Duration{5 * ms, 40 * ms}, 180 * ms},
+		{"the backup alone, once the primaries are down", []sched.LinkParams{link(false, sched.ClassPrimary), link(true, sched.ClassBackup)},
+			[]time.Duration{12 * ms, 75 * ms}, 250 * ms},
+		{"nothing usable: a period", []sched.LinkParams{link(false, sched.ClassPrimary)}, []time.Duration{50 * ms}, period},
+	}
+	for _, c := range cases {
+		if got := aqmReaction(period, c.links, c.rtts); got != c.want {
+			t.Errorf("%s: reaction %s, want %s", c.name, got, c.want)
+		}
+	}
+}
