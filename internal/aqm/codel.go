@@ -110,9 +110,9 @@ func (c *Codel) Drop(now, queue int64, gen uint64) bool {
 // (gen as for Drop), it returns the spacing between drops from now on, or 0 when the
 // bond is not to drop. Like Drop it counts at most one drop per measure, and the
 // spacing is never shorter than period, the time between measures, or the reaction
-// time: one drop per answered measure, as Drop allows. It counts a drop as made when one was due: exact while
-// packets come at least as often as drops are due, which is so while a sender keeps a
-// queue.
+// time: one drop per measure that can show the last one's answer, as Drop allows. It
+// counts a drop as made when one was due: exact while packets come at least as often
+// as drops are due, which is so while a sender keeps a queue.
 func (c *Codel) Spacing(now, queue int64, gen uint64, period int64) int64 {
 	if !c.Drop(now, queue, gen) && !c.dropping {
 		return 0
