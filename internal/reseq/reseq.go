@@ -15,7 +15,9 @@
 //   - a loss notice (Skip) from the sender says it will never come;
 //   - the hold timer: when the oldest held packet has waited the hold time (adaptive,
 //     set by the caller from the links' delay spread, capped by Config.MaxHold), the
-//     gap in front of it is skipped. This covers a link that went silent.
+//     gap in front of it is skipped. This covers a link that went silent. A packet
+//     that arrives after the timer gave its number up proves the hold too short, and
+//     the resequencer lengthens it by itself (stretch.go).
 //
 // Memory is bounded: when holding one more packet would exceed Config.MaxBytes or
 // Config.MaxPackets, the oldest gaps are skipped and what we have is delivered rather
@@ -85,6 +87,7 @@ type Stats struct {
 	OverflowSkips uint64 // the buffer was full
 
 	RepairWaits uint64 // AwaitRepair calls: gaps whose evidence waited for a repair
+	Stretches   uint64 // late packets after a timeout that lengthened the hold (stretch.go)
 
 	HeldPackets int
 	HeldBytes   int
@@ -116,6 +119,7 @@ type Resequencer struct {
 	pool      pool
 	ev        evidence
 	hist      history
+	stretch   stretch
 
 	stats Stats
 }
@@ -155,8 +159,13 @@ func New(cfg Config, start uint32) *Resequencer {
 func (r *Resequencer) SetLinks(ids []uint8) { r.ev.set = append(r.ev.set[:0], ids...) }
 
 // SetHold sets the hold time, ns, clamped to [0, Config.MaxHold]. It applies to
-// packets already held too.
+// packets already held too. What late packets taught the resequencer comes on top
+// (Hold).
 func (r *Resequencer) SetHold(ns int64) { r.hold = min(max(ns, 0), r.maxHold) }
+
+// Hold returns the hold time in force, ns: the one set, lengthened by what late
+// packets showed it lacked (stretch.go), at most Config.MaxHold.
+func (r *Resequencer) Hold() int64 { return r.stretch.apply(r.hold, r.maxHold, r.now) }
 
 // NextDeadline returns when Expire next has work to do, if anything is held: the hold
 // timer's deadline, or the end of a link's wait for a repair if that comes first.
@@ -164,7 +173,7 @@ func (r *Resequencer) NextDeadline() (int64, bool) {
 	if r.ring.head == none {
 		return 0, false
 	}
-	d := r.ring.slots[r.ring.head].arrival + r.hold
+	d := r.ring.slots[r.ring.head].arrival + r.Hold()
 	if thaw, ok := r.ev.nextThaw(); ok {
 		d = min(d, thaw)
 	}
@@ -280,8 +289,10 @@ func (r *Resequencer) Skip(start uint32, count uint16, deliver func([]byte)) {
 // the gap in front of the buffer is skipped and what follows it delivered.
 func (r *Resequencer) Expire(now int64, deliver func([]byte)) {
 	r.observe(now)
-	for r.ring.head != none && r.ring.slots[r.ring.head].arrival+r.hold <= r.now {
+	hold := r.Hold()
+	for r.ring.head != none && r.ring.slots[r.ring.head].arrival+hold <= r.now {
 		r.skipGap(byTimeout, r.next, false)
+		r.stretch.timedOut(r.now)
 		r.drain(deliver)
 	}
 	r.release(deliver) // also catches evidence that SetLinks made sufficient
@@ -427,6 +438,9 @@ func (r *Resequencer) countBehind(seq uint32) {
 		r.stats.Duplicates++
 	case wasSkipped:
 		r.stats.Late++
+		if r.stretch.late(r.now, r.hold, r.maxHold) {
+			r.stats.Stretches++
+		}
 	default:
 		r.stats.Stale++
 	}

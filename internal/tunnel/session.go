@@ -1034,14 +1034,16 @@ func (s *Session) adaptHold(now time.Time, links []*link) {
 	}
 	s.rxMu.Lock()
 	s.reseq.SetHold(int64(hold))
+	inForce := time.Duration(s.reseq.Hold()) // with what late packets added (reseq/stretch.go)
 	s.rxMu.Unlock()
-	s.m.ReorderHoldNow.WithLabelValues(s.cfg.Peer).Set(hold.Seconds())
+	s.m.ReorderHoldNow.WithLabelValues(s.cfg.Peer).Set(inForce.Seconds())
 }
 
 // publishReseqStats adds what the resequencer counted since the last tick to the metrics.
 func (s *Session) publishReseqStats() {
 	s.rxMu.Lock()
 	st := s.reseq.Stats()
+	hold := time.Duration(s.reseq.Hold())
 	prev := s.lastStats
 	s.lastStats = st
 	s.rxMu.Unlock()
@@ -1050,6 +1052,11 @@ func (s *Session) publishReseqStats() {
 	s.m.ReorderLost.WithLabelValues(p).Add(float64(st.Lost - prev.Lost))
 	s.m.Duplicates.WithLabelValues(p).Add(float64(st.Duplicates - prev.Duplicates))
 	s.m.LatePackets.WithLabelValues(p).Add(float64(st.Late - prev.Late))
+	if st.Stretches != prev.Stretches {
+		s.m.ReorderStretches.WithLabelValues(p).Add(float64(st.Stretches - prev.Stretches))
+		s.log.Info("resequencer hold lengthened: packets arrived after the hold timer had given them up",
+			"late", st.Late-prev.Late, "hold", hold)
+	}
 	s.m.LateCopies.WithLabelValues(p).Add(float64(st.LateCopies - prev.LateCopies))
 	s.m.ReorderSkips.WithLabelValues(p).Add(float64(st.OverflowSkips - prev.OverflowSkips))
 	// Mean hold time = rate(reorder_hold_seconds_total) / rate(reorder_held_packets_total).

@@ -163,14 +163,20 @@ func TestFastPathCarriesTraffic(t *testing.T) {
 		if err != nil {
 			t.Fatalf("metrics of %s: %v", ns, err)
 		}
-		// What the resequencer gave up as lost must have been lost: on a link (the link
-		// sequence shows a gap) or nowhere. While the kernel owned the ordering, probes'
-		// watermarks once made a CPE's resequencer count 22 146 numbers the kernel had
-		// delivered as lost, against none lost on the links.
+		// What the resequencer gave up and never saw must have been lost: on a link (the
+		// link sequence shows a gap) or nowhere. While the kernel owned the ordering,
+		// probes' watermarks once made a CPE's resequencer count 22 146 numbers the
+		// kernel had delivered as lost, against none lost on the links. Numbers that
+		// arrived after all (late) are the hold timer's business, not this accounting:
+		// on this busy 2-CPU machine the kernel's receive processing stalls now and
+		// then, and a 10-ms timer gave up 10-155 numbers per run, all of which came
+		// (the hold now lengthens itself when that happens: reseq/stretch.go).
 		linkLost, reseqLost := seriesSum(m, "aggd_link_lost_packets_total"), seriesSum(m, "aggd_reorder_lost_packets_total")
-		t.Logf("  %s: resequencer gave up %.0f numbers, the links lost %.0f packets", ns, reseqLost, linkLost)
-		if reseqLost > max(100, 2*linkLost) {
-			t.Errorf("%s: the resequencer gave up %.0f sequence numbers as lost, but the links lost only %.0f packets", ns, reseqLost, linkLost)
+		late := seriesSum(m, "aggd_reorder_late_packets_total")
+		t.Logf("  %s: resequencer gave up %.0f numbers, %.0f of which came late (the hold lengthened %.0f times, %.1f ms now); the links lost %.0f packets",
+			ns, reseqLost, late, seriesSum(m, "aggd_reorder_hold_stretches_total"), 1e3*seriesSum(m, "aggd_reorder_hold_time_seconds"), linkLost)
+		if never := reseqLost - late; never > max(100, 2*linkLost) {
+			t.Errorf("%s: the resequencer gave up %.0f sequence numbers that never came, but the links lost only %.0f packets", ns, never, linkLost)
 		}
 		h := func(outcome string) float64 { return m[`aggd_fastpath_handbacks_total{outcome="`+outcome+`"}`] }
 		t.Logf("  %s handbacks: posted %.0f, accepted %.0f, died %.0f, resynced %.0f", ns, h("posted"), h("accepted"), h("died"), h("resynced"))
