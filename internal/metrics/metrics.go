@@ -113,7 +113,7 @@ func New() *Set {
 		Duplicates:  counterVec("reorder_duplicate_packets_total", "Duplicate packets dropped by the resequencer.", []string{"peer"}),
 		LatePackets: counterVec("reorder_late_packets_total", "Packets that arrived after the resequencer had given up on them.", []string{"peer"}),
 		ReorderStretches: counterVec("reorder_hold_stretches_total", "Times a packet that arrived after the hold timer had given it up "+
-			"lengthened the hold time (by the hold, up to 3 times it; the extra halves every 10 s without one).", []string{"peer"}),
+			"lengthened the hold time (by 10 ms, up to 30 ms more; the extra halves every 10 s without one).", []string{"peer"}),
 		ReorderSkips: counterVec("reorder_overflow_skips_total", "Gaps skipped because the reorder buffer reached its memory cap.", []string{"peer"}),
 		AQMDrops:     counterVec("aqm_drops_total", "Packets dropped at the bond's entry because every link carrying traffic kept a standing queue above the target (CoDel), so that senders slow down.", []string{"peer"}),
 		AQMMarks:     counterVec("aqm_ecn_marks_total", "ECN-capable packets marked Congestion Experienced at the bond's entry where the AQM would have dropped them (aqm.ecn).", []string{"peer"}),

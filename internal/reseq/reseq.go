@@ -438,7 +438,7 @@ func (r *Resequencer) countBehind(seq uint32) {
 		r.stats.Duplicates++
 	case wasSkipped:
 		r.stats.Late++
-		if r.stretch.late(r.now, r.hold, r.maxHold) {
+		if r.stretch.late(r.now, r.maxHold) {
 			r.stats.Stretches++
 		}
 	default:

@@ -19,13 +19,13 @@ func timeoutThenLate(t *testing.T, r *Resequencer, s *sink, now, lateBy int64) i
 }
 
 // The e2e fast-path test's case: on a busy host a packet reaches the resequencer
-// just after the timer gave it up. The next gap must be held longer: one step of the
-// hold set for each timeout a late packet answers, up to three steps.
+// just after the timer gave it up. The next gap must be held longer: 10 ms more for
+// each timeout a late packet answers, up to 30 ms more, whatever the hold set.
 func TestALatePacketLengthensTheHold(t *testing.T) {
 	r, s := newRS(Config{}, 0)
-	r.SetHold(10 * ms)
+	r.SetHold(60 * ms)
 	now := int64(0)
-	for i, want := range []int64{20 * ms, 30 * ms, 40 * ms, 40 * ms} {
+	for i, want := range []int64{70 * ms, 80 * ms, 90 * ms, 90 * ms} {
 		now = timeoutThenLate(t, r, s, now, ms/5) + ms
 		if got := r.Hold(); got != want {
 			t.Fatalf("after %d late packets: hold %d ms, want %d ms", i+1, got/ms, want/ms)
@@ -77,21 +77,23 @@ func TestOnlyATimeoutsLatePacketLengthensTheHold(t *testing.T) {
 // The extra halves every 10 s without a late packet, and the hold never passes
 // Config.MaxHold.
 func TestTheStretchFadesAndIsCapped(t *testing.T) {
-	r, s := newRS(Config{MaxHold: 50 * ms}, 0)
+	r, s := newRS(Config{MaxHold: 45 * ms}, 0)
 	r.SetHold(20 * ms)
-	now := timeoutThenLate(t, r, s, 0, ms/5)
-	now = timeoutThenLate(t, r, s, now+ms, ms/5)
-	if got := r.Hold(); got != 50*ms {
-		t.Fatalf("hold %d ms after two stretches of 20 ms, want the 50-ms cap", got/ms)
+	now := int64(0)
+	for range 3 {
+		now = timeoutThenLate(t, r, s, now, ms/5) + ms
 	}
-	stretched := now + ms/5 // the last late packet
+	if got := r.Hold(); got != 45*ms {
+		t.Fatalf("hold %d ms after three stretches, want the 45-ms cap", got/ms)
+	}
+	stretched := now - ms + ms/5 // the last late packet
 	for _, c := range []struct {
 		after int64
 		want  int64
-	}{{10e9 - 1, 50 * ms}, {10e9, 40 * ms}, {20e9, 30 * ms}, {30e9, 25 * ms}, {700e9, 20 * ms}} {
+	}{{10e9 - 1, 45 * ms}, {10e9, 35 * ms}, {20e9, 27*ms + ms/2}, {30e9, 23*ms + 3*ms/4}, {700e9, 20 * ms}} {
 		r.Expire(stretched+c.after, s.deliver) // moves the resequencer's clock
 		if got := r.Hold(); got != c.want {
-			t.Fatalf("%.1f s after the last stretch: hold %.1f ms, want %d ms", float64(c.after)/1e9, float64(got)/float64(ms), c.want/ms)
+			t.Fatalf("%.1f s after the last stretch: hold %.2f ms, want %.2f ms", float64(c.after)/1e9, float64(got)/float64(ms), float64(c.want)/float64(ms))
 		}
 	}
 }
