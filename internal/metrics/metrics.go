@@ -41,23 +41,23 @@ type Set struct {
 	LinkInfo       *prometheus.GaugeVec
 	LinkMTU        *prometheus.GaugeVec
 
-	Sessions         prometheus.Gauge
-	Handshakes       *prometheus.CounterVec
-	ReorderHeld      *prometheus.CounterVec
-	ReorderHold      *prometheus.CounterVec
-	ReorderHoldNow   *prometheus.GaugeVec
-	ReorderLost      *prometheus.CounterVec
-	Duplicates       *prometheus.CounterVec
-	LatePackets      *prometheus.CounterVec
-	ReorderStretches *prometheus.CounterVec
-	LateCopies       *prometheus.CounterVec
-	ReorderSkips     *prometheus.CounterVec
-	AQMDrops         *prometheus.CounterVec
-	AQMMarks         *prometheus.CounterVec
-	SocketDrops      *prometheus.CounterVec
-	Drops            *prometheus.CounterVec
-	TunnelTxPacket   *prometheus.CounterVec
+	Sessions       prometheus.Gauge
+	Handshakes     *prometheus.CounterVec
+	ReorderHeld    *prometheus.CounterVec
+	ReorderHold    *prometheus.CounterVec
+	ReorderHoldNow *prometheus.GaugeVec
+	ReorderLost    *prometheus.CounterVec
+	Duplicates     *prometheus.CounterVec
+	LatePackets    *prometheus.CounterVec
+	LateCopies     *prometheus.CounterVec
+	ReorderSkips   *prometheus.CounterVec
+	AQMDrops       *prometheus.CounterVec
+	AQMMarks       *prometheus.CounterVec
+	SocketDrops    *prometheus.CounterVec
+	Drops          *prometheus.CounterVec
+	TunnelTxPacket *prometheus.CounterVec
 
+	ReorderStretches   *prometheus.CounterVec
 	LossNoticeSent     *prometheus.CounterVec
 	LossNoticeReceived *prometheus.CounterVec
 	Rescued            *prometheus.CounterVec
@@ -107,13 +107,11 @@ func New() *Set {
 		Sessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "aggd", Name: "sessions", Help: "Established sessions.",
 		}),
-		Handshakes:  counterVec("session_handshakes_total", "Completed handshakes (initial and rekey).", []string{"peer", "result"}),
-		ReorderHeld: counterVec("reorder_held_packets_total", "Packets held by the resequencer because an earlier one was missing.", []string{"peer"}),
-		ReorderLost: counterVec("reorder_lost_packets_total", "Sequence numbers the resequencer gave up waiting for.", []string{"peer"}),
-		Duplicates:  counterVec("reorder_duplicate_packets_total", "Duplicate packets dropped by the resequencer.", []string{"peer"}),
-		LatePackets: counterVec("reorder_late_packets_total", "Packets that arrived after the resequencer had given up on them.", []string{"peer"}),
-		ReorderStretches: counterVec("reorder_hold_stretches_total", "Times a packet that arrived after the hold timer had given it up "+
-			"lengthened the hold time (by 10 ms, up to 30 ms more; the extra halves every 10 s without one).", []string{"peer"}),
+		Handshakes:   counterVec("session_handshakes_total", "Completed handshakes (initial and rekey).", []string{"peer", "result"}),
+		ReorderHeld:  counterVec("reorder_held_packets_total", "Packets held by the resequencer because an earlier one was missing.", []string{"peer"}),
+		ReorderLost:  counterVec("reorder_lost_packets_total", "Sequence numbers the resequencer gave up waiting for.", []string{"peer"}),
+		Duplicates:   counterVec("reorder_duplicate_packets_total", "Duplicate packets dropped by the resequencer.", []string{"peer"}),
+		LatePackets:  counterVec("reorder_late_packets_total", "Packets that arrived after the resequencer had given up on them.", []string{"peer"}),
 		ReorderSkips: counterVec("reorder_overflow_skips_total", "Gaps skipped because the reorder buffer reached its memory cap.", []string{"peer"}),
 		AQMDrops:     counterVec("aqm_drops_total", "Packets dropped at the bond's entry because every link carrying traffic kept a standing queue above the target (CoDel), so that senders slow down.", []string{"peer"}),
 		AQMMarks:     counterVec("aqm_ecn_marks_total", "ECN-capable packets marked Congestion Experienced at the bond's entry where the AQM would have dropped them (aqm.ecn).", []string{"peer"}),
@@ -125,6 +123,8 @@ func New() *Set {
 		ReorderHoldNow: gaugeVec("reorder_hold_time_seconds", "The resequencer's hold time now: how long packets wait for a missing earlier one before the gap is given up "+
 			"(from the links' delay spread and jitter, lengthened while packets arrive after it: reorder_hold_stretches_total).", []string{"peer"}),
 	}
+	s.ReorderStretches = counterVec("reorder_hold_stretches_total", "Times a packet that arrived after the hold timer had given it up "+
+		"lengthened the hold time (by 10 ms, up to 30 ms more; the extra halves every 10 s without one).", []string{"peer"})
 	s.LossNoticeSent = counterVec("loss_notice_sent_sequences_total", "Sequence numbers named in loss notices sent to the peer because a link went down with them in flight (each notice is sent twice; both count).", []string{"peer"})
 	s.LossNoticeReceived = counterVec("loss_notice_received_sequences_total", "Sequence numbers named in loss notices received from the peer (repeats included).", []string{"peer"})
 	s.Rescued = counterVec("rescued_packets_total", "Data packets a link had in flight when it went into doubt or down, copied to another link "+

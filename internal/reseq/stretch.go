@@ -5,7 +5,7 @@ package reseq
 // a packet may wait inside the receiving host before it reaches the resequencer. On a
 // busy machine the kernel puts its receive processing off now and then. On this
 // project's 2-CPU test machine, in the e2e fast-path test, the 10-ms timer gave up
-// 10–155 sequence numbers per run on lossless links; every one of them arrived
+// as many as 155 sequence numbers per run on lossless links; every one of them arrived
 // 0.02–0.4 ms after the timer fired. With a 30-ms hold, none was given up.
 //
 // A packet that arrives after the timer gave its number up proves the hold too short.
@@ -18,8 +18,7 @@ package reseq
 // The step is fixed, not a share of the hold: a host's stalls do not grow with the
 // links' delay spread. A first version stepped by the whole hold. In the lab's SOHO
 // downstream, 4 late packets at the start of a transfer doubled the CPE's hold from 79
-// to 158 ms, and that transfer reached 0.869 of the links' sum (one run; 0.95 in the CI
-// run before).
+// to 158 ms, and that transfer reached 0.869 of the links' sum (one run).
 
 const (
 	// stretchStep is what one late packet adds to the hold: the size of the stalls
