@@ -58,6 +58,8 @@ type Set struct {
 	TunnelTxPacket *prometheus.CounterVec
 
 	ReorderStretches   *prometheus.CounterVec
+	ControlTxBytes     *prometheus.CounterVec
+	ControlTxPackets   *prometheus.CounterVec
 	LossNoticeSent     *prometheus.CounterVec
 	LossNoticeReceived *prometheus.CounterVec
 	Rescued            *prometheus.CounterVec
@@ -125,6 +127,11 @@ func New() *Set {
 	}
 	s.ReorderStretches = counterVec("reorder_hold_stretches_total", "Times a packet that arrived after the hold timer had given it up "+
 		"lengthened the hold time (by 10 ms, up to 30 ms more; the extra halves every 10 s without one).", []string{"peer"})
+	s.ControlTxBytes = counterVec("control_transmit_bytes_total", "Bytes of the tunnel's own messages sent to the peer (probes and their replies, "+
+		"FEEDBACK, loss notices, link parameters and names, repair requests; not data, not handshakes), outer IPv4 and UDP headers included, by message type: "+
+		"what the bond's signalling costs the links.", []string{"peer", "type"})
+	s.ControlTxPackets = counterVec("control_transmit_packets_total", "Packets of the tunnel's own messages sent to the peer, by message type "+
+		"(as control_transmit_bytes_total).", []string{"peer", "type"})
 	s.LossNoticeSent = counterVec("loss_notice_sent_sequences_total", "Sequence numbers named in loss notices sent to the peer because a link went down with them in flight (each notice is sent twice; both count).", []string{"peer"})
 	s.LossNoticeReceived = counterVec("loss_notice_received_sequences_total", "Sequence numbers named in loss notices received from the peer (repeats included).", []string{"peer"})
 	s.Rescued = counterVec("rescued_packets_total", "Data packets a link had in flight when it went into doubt or down, copied to another link "+
@@ -158,7 +165,7 @@ func New() *Set {
 		s.LinkCapacity, s.LinkQueueDelay, s.LinkBaseDelay, s.LinkJitter, s.LinkInfo, s.LinkMTU,
 		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderStretches, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
-		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.UplinkEvents, s.FallbackDirect, s.FallbackTransitions,
+		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.UplinkEvents, s.ControlTxBytes, s.ControlTxPackets, s.FallbackDirect, s.FallbackTransitions,
 		s.DataUsed, s.DataCap, s.DataCapReached, s.DataPeriodEnd,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/aggd/aggd/internal/aqm"
 	"github.com/aggd/aggd/internal/auth"
 	"github.com/aggd/aggd/internal/clock"
@@ -147,6 +149,9 @@ type Session struct {
 	lastStats     reseq.Stats
 
 	notices lossNotices // loss notices to repeat (lossnotice.go)
+	// controlTx counts what each control message type costs the links (sendControlStamped),
+	// resolved once per session: probes and FEEDBACK go out ten times a second per link.
+	controlTx [wire.TypeRepairRequest + 1]struct{ bytes, packets prometheus.Counter }
 
 	linksMu sync.RWMutex
 	links   map[uint8]*link
@@ -174,6 +179,10 @@ func newSession(cfg SessionConfig, m *metrics.Set, log *slog.Logger, localIndex 
 		closed: make(chan struct{}),
 	}
 	s.reseq.SetHold(int64(cfg.MaxHold))
+	for t := wire.TypeProbe; t <= wire.TypeRepairRequest; t++ {
+		s.controlTx[t].bytes = m.ControlTxBytes.WithLabelValues(cfg.Peer, t.String())
+		s.controlTx[t].packets = m.ControlTxPackets.WithLabelValues(cfg.Peer, t.String())
+	}
 	if cfg.AQMTarget > 0 {
 		s.aqm = aqm.New(int64(cfg.AQMTarget), int64(aqmInterval))
 	}
@@ -557,6 +566,10 @@ func (s *Session) sendControlStamped(l *link, t wire.Type, seq, linkSeq uint32, 
 	}
 	l.m.txPackets.Inc()
 	l.m.txBytes.Add(float64(len(pkt) + 28))
+	if int(t) < len(s.controlTx) && s.controlTx[t].bytes != nil {
+		s.controlTx[t].packets.Inc()
+		s.controlTx[t].bytes.Add(float64(len(pkt) + 28))
+	}
 }
 
 // sendProbe sends a probe whose sequence field is the data watermark of this link. It

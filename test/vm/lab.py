@@ -740,6 +740,42 @@ class MetricsWatch(threading.Thread):
         return self.scrapes
 
 
+CONTROL_RE = re.compile(r'^aggd_control_transmit_bytes_total\{[^}]*type="([^"]*)"[^}]*\} (\S+)', re.M)
+
+
+def control_snapshot(who):
+    """What one daemon has sent so far: its control messages' bytes by type
+    (aggd_control_transmit_bytes_total) and all its links' bytes, with the time; None
+    when its metrics cannot be read (the figure is then left out)."""
+    try:
+        page = http_get(who, METRICS)
+    except Exception as e:  # noqa: BLE001 - a missing figure, not a failed run
+        log(f"warning: could not scrape {who} metrics for the control traffic: {e}")
+        return None
+    by_type = {}
+    for t, v in CONTROL_RE.findall(page):
+        by_type[t] = by_type.get(t, 0.0) + float(v)
+    links = sum(float(v) for _, v in MetricsWatch.TX_RE.findall(page))
+    return {"t": time.time(), "by_type": by_type, "links": links}
+
+
+def control_traffic(who, a, b):
+    """The sending side's control messages between two control_snapshots: bytes per
+    second by type, and their share of everything its links carried (outer headers
+    included on both sides). They ride in the loaded direction, so this share is taken
+    from what the flow could have had."""
+    if not a or not b or b["t"] <= a["t"]:
+        return None
+    dt = b["t"] - a["t"]
+    rates = {t: round((v - a["by_type"].get(t, 0.0)) / dt, 1) for t, v in sorted(b["by_type"].items())}
+    rates = {t: v for t, v in rates.items() if v > 0}
+    ctrl = sum(b["by_type"].values()) - sum(a["by_type"].values())
+    links = b["links"] - a["links"]
+    return {"side": who, "seconds": round(dt, 2), "bytes_per_s": rates,
+            "kbit_per_s": round(8 * ctrl / dt / 1000, 2),
+            "share_of_link_bytes": round(ctrl / links, 4) if links > 0 else None}
+
+
 def first_scrape(scrapes, t_from, cond):
     """The first scrape after t_from for which cond(scrape) holds, or None."""
     return next((x for x in scrapes if x["t"] > t_from and cond(x)), None)
@@ -1424,6 +1460,8 @@ bpf:
              f"for {secs}s (per-link rates are wire bytes per second in each link namespace)")
         evs = self.events_for(secs)
         self.restart_fluctuation(f"transfer-{key}")
+        sender = "cpe" if d == "up" else "hub"
+        ctrl_before = control_snapshot(sender)
         smp = Sampler(self.topo, self.aggd_pids(), interval=SAMPLE_S,
                       live=self.live_line(d, None) if self.live else None)
         # aggd_link_up per link from the CPE's metrics while links go down and come back.
@@ -1460,6 +1498,7 @@ bpf:
         # sends, it has the sender's retransmissions and window per 0.2-s interval.
         with open(os.path.join(self.outdir, f"iperf-{label}-{key}.json"), "w") as f:
             json.dump(j, f)
+        ctrl = control_traffic(sender, ctrl_before, control_snapshot(sender))
         stop.set()
         sched.join(5)
         samples = smp.stop()
@@ -1502,7 +1541,8 @@ bpf:
                            "links_offered_mbit": {n: v[d] for n, v in s["links_in"].items()},
                            "cpu_total_pct": s["cpu_total_pct"], "vcpu_pct": s["cpu_pct"],
                            "aggd_cpu_pct": s.get("proc_cpu_pct", {})} for s in samples],
-               "goodput_fine": [{"t": t, "mbit": round(v, 3)} for t, v in fine]}
+               "goodput_fine": [{"t": t, "mbit": round(v, 3)} for t, v in fine],
+               "control_traffic": ctrl}
         if scrapes:
             out["cpe_link_up"] = scrapes
         # Goodput over each sample's period (time-weighted over the receiver's 0.2 s
@@ -1542,6 +1582,10 @@ bpf:
              + ", "
              f"cpu {cpu['total_busy_pct']}% (aggd {cpu['aggd_cpu_pct']}, lab runner {cpu.get('lab_runner_cpu_pct')})"
              + ("  [CPU-BOUND: " + "; ".join(cpu["reasons"]) + "]" if cpu["cpu_bound"] else ""))
+        if ctrl:
+            info(f"control messages from the {ctrl['side']}: {ctrl['kbit_per_s']} kbit/s, "
+                 f"{100 * (ctrl['share_of_link_bytes'] or 0):.2f} % of its link bytes ("
+                 + ", ".join(f"{t} {v:.0f}" for t, v in ctrl["bytes_per_s"].items()) + " bytes/s)")
         if out["stall"]:
             for st in out["stall"]:
                 info(f"outage of {st['link']} at t={st['outage_at']}s: stall {st['stall_s']}s "
