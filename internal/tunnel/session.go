@@ -130,6 +130,11 @@ type Session struct {
 	// until fbFlowUntil a flow counts as arriving (flowArriving, from the tick only).
 	fbRxPackets uint32
 	fbFlowUntil time.Time
+	// fbRxBytes and fbTxBytes are the bytes received and sent on all links when the last
+	// FEEDBACK went out, fbLast the link that carried the last one alone (mostlySending,
+	// takeTurns; from the tick only).
+	fbRxBytes, fbTxBytes uint64
+	fbLast               uint8
 
 	// Receive: the resequencer and its hold timer.
 	rxMu  sync.Mutex
