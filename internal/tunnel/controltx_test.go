@@ -20,9 +20,9 @@ func TestControlTrafficIsCountedByType(t *testing.T) {
 	seen := map[wire.Type]tally{}
 	b.relay.setHook(func(_ *mapping, up bool, pkt []byte) []byte {
 		if up && len(pkt) >= wire.HeaderLen {
+			ty := wire.Type(pkt[0] & 0x0f)
 			mu.Lock()
-			c := seen[wire.Type(pkt[0]&0x0f)]
-			seen[wire.Type(pkt[0]&0x0f)] = tally{c.packets + 1, c.bytes + len(pkt) + 28}
+			seen[ty] = tally{seen[ty].packets + 1, seen[ty].bytes + len(pkt) + 28}
 			mu.Unlock()
 		}
 		return pkt

@@ -20,7 +20,8 @@ import (
 // the other as stale.
 //
 // A session that mostly sends puts each report on one of the two in turn instead, while
-// both are healthy and no link is in doubt (takeTurns): its reports ride in the loaded
+// both are healthy and the session is not in doubt (no link owes data, the peer sends
+// no copies; takeTurns): its reports ride in the loaded
 // direction, where the second copy took 0.3 % of the lab's 4.5 Mbit/s bond (FEEDBACK was
 // two thirds of the 0.9 % the control messages took there; BENCHMARKS.md, "What the
 // control messages cost"). Taking turns rather than one link for all (tried before and

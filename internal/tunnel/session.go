@@ -569,11 +569,12 @@ func (s *Session) sendControlStamped(l *link, t wire.Type, seq, linkSeq uint32, 
 		l.log.Debug("control send failed", "type", t, "err", err)
 		return
 	}
+	onWire := float64(len(pkt) + 28) // outer IPv4 + UDP
 	l.m.txPackets.Inc()
-	l.m.txBytes.Add(float64(len(pkt) + 28))
+	l.m.txBytes.Add(onWire)
 	if int(t) < len(s.controlTx) && s.controlTx[t].bytes != nil {
 		s.controlTx[t].packets.Inc()
-		s.controlTx[t].bytes.Add(float64(len(pkt) + 28))
+		s.controlTx[t].bytes.Add(onWire)
 	}
 }
 
