@@ -74,8 +74,13 @@ type CPE struct {
 	macL auth.Key // verifies the headend's replies (our own mac key)
 
 	conns []*uplinkConn // one per uplink, index = link id (uplinkevents.go)
-	// announced counts announceLinks calls: LINK_NAMES go out on each uplink in turn.
+	// announced counts announceLinks calls: LINK_NAMES, and LINK_PARAMS that say
+	// nothing new, go out on one uplink at a time, each in turn.
 	announced atomic.Uint32
+	// lastParams is what the last LINK_PARAMS said (announceLinks). Under announceMu,
+	// which also keeps two announcements (the run loop's, a new session's) apart.
+	announceMu sync.Mutex
+	lastParams []wire.LinkParam
 	// announceNow asks for LINK_PARAMS before the next second's (SetUplinkMTU).
 	announceNow chan struct{}
 
@@ -376,7 +381,8 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 
 // announceLinks tells the headend each uplink's class and downstream rate prior, so its
 // scheduler starts from the user's numbers rather than a guess, and its MTU, so that
-// the headend sends nothing larger.
+// the headend sends nothing larger. all: on every link, whatever changed (a new
+// session, an uplink's MTU or tuning that moved).
 func (c *CPE) announceLinks(s *Session, all bool) {
 	links := make([]wire.LinkParam, 0, len(c.cfg.Uplinks))
 	specs := c.uplinkSpecs()
@@ -388,31 +394,57 @@ func (c *CPE) announceLinks(s *Session, all bool) {
 			l.m.mtu.Set(float64(mtu))
 		}
 	}
-	// On every link: at session start none is known to be up yet, and the message is
-	// small and once a second. Each copy takes its own control counter, or the peer's
-	// replay window would reject all but the first. Standby links (overflow, backup),
-	// which a metered line bills, only get every standbyAnnounceEvery-th copy while a
-	// primary is up, and the names none, unless the announcement says what changed (all).
+	c.announceMu.Lock()
+	defer c.announceMu.Unlock()
+	changed := !slices.Equal(links, c.lastParams)
+	c.lastParams = links
 	nth := c.announced.Add(1) - 1
-	spareStandby := !all && slices.ContainsFunc(s.allLinks(), upPrimary)
-	for _, l := range s.allLinks() {
-		if spareStandby && l.isStandby() && nth%standbyAnnounceEvery != 0 {
-			continue
-		}
+	for _, l := range linkParamsRoutes(s.allLinks(), all || changed, nth) {
+		// Each copy takes its own control counter, or the peer's replay window would
+		// reject all but the first.
 		body := wire.LinkParamsBody{Counter: s.txCtrl.Add(1), Links: links}
 		s.sendControl(l, wire.TypeLinkParams, 0, 0, body.Append(nil))
 	}
 	// The names only tell the headend's operator which link is which: one copy a
 	// second, on each uplink in turn, gets through within as many seconds as there are
-	// dead uplinks.
+	// dead uplinks. Standby links carry none while a primary is up, unless all.
 	names := make([]wire.LinkName, 0, len(c.cfg.Uplinks))
 	for _, u := range c.cfg.Uplinks {
 		names = append(names, wire.LinkName{LinkID: u.Spec.ID, Name: u.Spec.Name})
 	}
+	spareStandby := !all && slices.ContainsFunc(s.allLinks(), upPrimary)
 	k := int(nth) % len(c.cfg.Uplinks)
 	if l := s.link(c.cfg.Uplinks[k].Spec.ID); l != nil && !(spareStandby && l.isStandby()) {
 		s.sendLinkNames(l, names)
 	}
+}
+
+// linkParamsRoutes picks the links the nth LINK_PARAMS goes on.
+//
+// A message that says something new (news) goes on every link: at session start none is
+// known to be up yet, and a change (an MTU that shrank, a line made a backup) must not
+// wait for one link to deliver it. A message that says what the last one said only
+// makes up for a lost copy, once a second: one primary link that is up carries it, each
+// in turn. (On every link it took 287 B/s of the lab's 4.3 Mbit/s homogeneous bond,
+// 0.05 %, where the goodput sits within a percent of the wire format's ceiling.)
+// Standby links (overflow, backup), which a metered line bills, get every
+// standbyAnnounceEvery-th copy besides, so that the headend learns the classes from
+// them too if the primaries die. With no primary up, every link carries each one, as
+// at the start.
+func linkParamsRoutes(links []*link, news bool, nth uint32) []*link {
+	up := slices.DeleteFunc(slices.Clone(links), func(l *link) bool { return !upPrimary(l) })
+	if news || len(up) == 0 {
+		return links
+	}
+	routes := []*link{up[int(nth)%len(up)]}
+	if nth%standbyAnnounceEvery == 0 {
+		for _, l := range links {
+			if l.isStandby() {
+				routes = append(routes, l)
+			}
+		}
+	}
+	return routes
 }
 
 // standbyAnnounceEvery: a standby link carries one LINK_PARAMS in this many while a
