@@ -399,7 +399,8 @@ func (c *CPE) announceLinks(s *Session, all bool) {
 	changed := !slices.Equal(links, c.lastParams)
 	c.lastParams = links
 	nth := c.announced.Add(1) - 1
-	for _, l := range linkParamsRoutes(s.allLinks(), all || changed, nth) {
+	sessionLinks := s.allLinks()
+	for _, l := range linkParamsRoutes(sessionLinks, all || changed, nth) {
 		// Each copy takes its own control counter, or the peer's replay window would
 		// reject all but the first.
 		body := wire.LinkParamsBody{Counter: s.txCtrl.Add(1), Links: links}
@@ -412,7 +413,7 @@ func (c *CPE) announceLinks(s *Session, all bool) {
 	for _, u := range c.cfg.Uplinks {
 		names = append(names, wire.LinkName{LinkID: u.Spec.ID, Name: u.Spec.Name})
 	}
-	spareStandby := !all && slices.ContainsFunc(s.allLinks(), upPrimary)
+	spareStandby := !all && slices.ContainsFunc(sessionLinks, upPrimary)
 	k := int(nth) % len(c.cfg.Uplinks)
 	if l := s.link(c.cfg.Uplinks[k].Spec.ID); l != nil && !(spareStandby && l.isStandby()) {
 		s.sendLinkNames(l, names)

@@ -36,16 +36,6 @@ func watchLinkParams(t *testing.T, b *bed) *paramsTally {
 	return pt
 }
 
-// readyOnThreeUplinks starts a CPE with three uplinks and waits until the headend
-// knows them.
-func readyOnThreeUplinks(t *testing.T) (*bed, *cpeNode) {
-	p := newPeer(t, "cpe1", "100.64.0.2")
-	b := newBed(t, p)
-	n := b.startCPE(p, 3, time.Hour)
-	b.waitReady(n)
-	return b, n
-}
-
 func (pt *paramsTally) counts() (total, links int) {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
@@ -69,6 +59,16 @@ func (pt *paramsTally) saidMTU(id uint8, mtu uint16) int {
 		}
 	}
 	return n
+}
+
+// readyOnThreeUplinks starts a CPE with three uplinks and waits until the headend
+// knows them.
+func readyOnThreeUplinks(t *testing.T) (*bed, *cpeNode) {
+	p := newPeer(t, "cpe1", "100.64.0.2")
+	b := newBed(t, p)
+	n := b.startCPE(p, 3, time.Hour)
+	b.waitReady(n)
+	return b, n
 }
 
 // Once the headend knows the uplinks, the CPE's once-a-second LINK_PARAMS only makes up
