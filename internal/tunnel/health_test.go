@@ -246,12 +246,18 @@ func TestIdleStandbyLinkIsProbedSeldom(t *testing.T) {
 		t.Errorf("idle backup link silent for 2 s: suspect %v up %v, want up", backup.isSuspect(), backup.isUp())
 	}
 
-	// The primary goes down 2.5 s into that silence: the backup's unit shrinks, it is
-	// probed at once, and its silence counts from now.
+	// The primary goes down 0.9 s into a silence of the backup's, its next answer not
+	// yet due: the backup's unit shrinks, it is probed at once, and its silence counts
+	// from now. (One whose answer was overdue would be in doubt at once:
+	// TestIdleStandbyLinkThatMissesAnAnswerIsVerified.)
+	quietFrom = quietFrom.Add(2 * time.Second)
+	backup.mu.Lock()
+	backup.lastReply = quietFrom
+	backup.mu.Unlock()
 	primary.mu.Lock()
 	primary.setState(stateDown)
 	primary.mu.Unlock()
-	now := quietFrom.Add(2500 * time.Millisecond)
+	now := quietFrom.Add(900 * time.Millisecond)
 	backup.setUnit(s.probeUnit(backup, now, false), now)
 	if u := backup.probeUnit(cfg.Probe); u != cfg.Probe {
 		t.Fatalf("with no primary up the backup's unit is %v, want %v", u, cfg.Probe)
@@ -261,7 +267,7 @@ func TestIdleStandbyLinkIsProbedSeldom(t *testing.T) {
 	}
 	s.checkLinkHealth(backup, now.Add(cfg.Probe))
 	if backup.isSuspect() || !backup.isUp() {
-		t.Errorf("the backup, 2.6 s since its last answer but 0.1 s since it became the only link: suspect %v up %v, want up",
+		t.Errorf("the backup, 1.0 s since its last answer but 0.1 s since it became the only link: suspect %v up %v, want up",
 			backup.isSuspect(), backup.isUp())
 	}
 	s.checkLinkHealth(backup, now.Add(4*cfg.Probe))
@@ -282,9 +288,10 @@ func linkNames(ls []*link) []string {
 }
 
 // An idle standby link that misses an answer is verified at the probe interval: one
-// that died is found down within down_after of the missed answer rather than after
-// three standby intervals, one whose reply was only late goes back to standing by,
-// and one found down is probed on the standby scale again.
+// that died is found down a suspicion time after the missed answer (its doubt began
+// there) rather than after three standby intervals or a fresh down_after, one whose
+// reply was only late goes back to standing by, and one found down is probed on the
+// standby scale again.
 func TestIdleStandbyLinkThatMissesAnAnswerIsVerified(t *testing.T) {
 	s, cfg, links := standbyTest(sched.ClassPrimary, sched.ClassBackup)
 	primary, backup := links[0], links[1]
@@ -332,17 +339,25 @@ func TestIdleStandbyLinkThatMissesAnAnswerIsVerified(t *testing.T) {
 		t.Errorf("verifying a late link cost %d probes before it answered, want 1", probes)
 	}
 
-	// Now it dies: found down within the missed answer plus down_after.
+	// Now it dies: found down within the missed answer plus the suspicion time.
 	answered = backup.lastSign()
+	var suspectAt time.Time
 	for backup.isUp() && now.Sub(answered) < 3*cfg.StandbyProbe {
 		tick(false)
+		if suspectAt.IsZero() && backup.isSuspect() {
+			suspectAt = now
+		}
 	}
 	if backup.isUp() {
 		t.Fatalf("idle backup silent for %v: still up, want down", now.Sub(answered))
 	}
-	// The missed answer and a tick, then twice the suspicion time (three probe
-	// intervals) and a tick.
-	if took, most := now.Sub(answered), cfg.StandbyProbe+4*cfg.Probe+20*time.Millisecond+7*cfg.Probe; took > most {
+	// In doubt from the tick after the missed answer: that tick's probe went unanswered.
+	if took, most := suspectAt.Sub(answered), cfg.StandbyProbe+5*cfg.Probe+20*time.Millisecond; suspectAt.IsZero() || took > most {
+		t.Errorf("idle backup suspect %v after its last answer, want within %v", took, most)
+	}
+	// The missed answer and a tick, then the suspicion time (three probe intervals) and
+	// a tick: not a fresh down_after (six).
+	if took, most := now.Sub(answered), cfg.StandbyProbe+4*cfg.Probe+20*time.Millisecond+4*cfg.Probe; took > most {
 		t.Errorf("idle backup found down %v after its last answer, want at most %v", took, most)
 	}
 	// Down, it is probed on the standby scale.

@@ -58,12 +58,14 @@ type link struct {
 	awaiting time.Time
 	// unit is how often the link is probed while idle and the unit its silence is
 	// judged in (Session.probeUnit; 0 before the first tick: the probe interval);
-	// unitShrunk is when it last became shorter (setUnit). lastSent is when the tick
+	// unitShrunk is when it last became shorter (setUnit), and shrunkOverdue whether
+	// the link's answer on the old scale was overdue then. lastSent is when the tick
 	// last saw data sent on the link (txPkts moved since sentSeen).
-	unit       time.Duration
-	unitShrunk time.Time
-	lastSent   time.Time
-	sentSeen   uint64
+	unit          time.Duration
+	unitShrunk    time.Time
+	shrunkOverdue bool
+	lastSent      time.Time
+	sentSeen      uint64
 	// lastDelivered is when the peer last reported new data received on the link: a
 	// sign of life as good as a probe reply, and the only timely one from a slow link
 	// with a deep queue, whose probes wait behind its data (a scaled ADSL upstream with
@@ -338,13 +340,20 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 	if l.lastDelivered.After(l.lastReply) {
 		silent = now.Sub(l.lastDelivered)
 	}
-	// A link whose unit just shrank (setUnit) gets a fresh silence count.
-	silent = min(silent, now.Sub(l.unitShrunk))
 	// A slow or deeply queued link answers late without being dead: it is suspected
 	// after three of its RTTs at the earliest, and declared down only after it has
 	// been suspect for as long again.
 	suspectAfter = max(suspectAfter, time.Duration(3*l.rttNs))
 	downAfter = max(downAfter, 2*suspectAfter)
+	// A link whose unit just shrank (setUnit) gets a fresh silence count. One whose
+	// answer on its old scale was overdue then gets only what remains after the
+	// suspicion time: it is in doubt at once and down a suspicion time later if it
+	// still does not answer (or at down_after of true silence, if that is later).
+	grace := now.Sub(l.unitShrunk)
+	if l.shrunkOverdue {
+		grace += downAfter - suspectAfter
+	}
+	silent = min(silent, grace)
 	quiet := l.quiet.reports
 	// A link that owes data and has been silent for a third of the suspicion time is
 	// in doubt already: its packets get copies from then on (a TCP flow that stalled
@@ -753,14 +762,17 @@ func (l *link) owes() bool {
 // data, a class raised) probes the link at once and, if the link was up and healthy
 // on its old scale, starts its silence count afresh: its last answer may be a standby
 // interval old, which the shorter unit would call dead just when the bond needs it.
-// A link silent beyond its old scale gets no such grace, so a dead standby link is
-// not kept alive by primaries that come and go.
+// A link whose answer on the old scale is overdue (missedAnswer) has shown doubt
+// already and gets only a suspicion time of it (checkHealth). A link silent beyond its
+// old scale gets no grace at all, so a dead standby link is not kept alive by
+// primaries that come and go.
 func (l *link) setUnit(u time.Duration, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.unit != 0 && u < l.unit {
-		if l.state == stateUp && now.Sub(l.lastSignLocked()) <= 3*l.unit {
+		if silent := now.Sub(l.lastSignLocked()); l.state == stateUp && silent <= 3*l.unit {
 			l.unitShrunk = now
+			l.shrunkOverdue = silent > l.answerDueLocked(l.unit, u)
 		}
 		l.lastProbe = time.Time{}
 	}
@@ -794,8 +806,13 @@ func (l *link) carrying(now time.Time, interval, window time.Duration) bool {
 func (l *link) missedAnswer(now time.Time, every, interval time.Duration) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	late := every + 3*interval + time.Duration(2*l.rttNs)
-	return l.state == stateUp && now.Sub(l.lastSignLocked()) > late
+	return l.state == stateUp && now.Sub(l.lastSignLocked()) > l.answerDueLocked(every, interval)
+}
+
+// answerDueLocked is how long after its last sign a link probed every `every` has
+// answered its next probe at the latest. Caller holds mu.
+func (l *link) answerDueLocked(every, interval time.Duration) time.Duration {
+	return every + 3*interval + time.Duration(2*l.rttNs)
 }
 
 // probeUnit is the unit setUnit recorded, or fallback (the probe interval) before one.

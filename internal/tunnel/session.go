@@ -866,8 +866,9 @@ func (s *Session) tick(now time.Time) {
 // must still be found dead in a fraction of a second), it is one of the bond's links.
 // So is a standby link whose answer to its last probe is overdue, until it answers or
 // is found down: judged in standby intervals, a link that died idle went unnoticed for
-// 4-6 s; verified at the probe interval, it is found within down_after of the missed
-// answer, and a late or lost reply costs a few probes.
+// 4-6 s; verified at the probe interval, in doubt from the missed answer on, it is
+// found down a suspicion time (three probe intervals) after it, and a late or lost
+// reply costs a probe or two.
 func (s *Session) probeUnit(l *link, now time.Time, primaryUp bool) time.Duration {
 	if s.cfg.StandbyProbe > s.cfg.Probe && primaryUp && l.isStandby() &&
 		!l.carrying(now, s.cfg.Probe, 3*s.cfg.StandbyProbe) &&

@@ -316,9 +316,10 @@ func TestIdleBackupThatDiesIsFoundDown(t *testing.T) {
 		t.Fatalf("the idle backup was not found down within %v of dying", 4*standby)
 	}
 	// The missed answer (a standby interval, three probe intervals and two RTTs after
-	// the last one), then down_after of silence at the probe interval, and a second
-	// for ticks and scrapes. Judged in standby intervals it took at least 8 s.
-	most := standby + 300*time.Millisecond + 600*time.Millisecond + time.Second
+	// the last one), then the suspicion time (three probe intervals) of silence at the
+	// probe interval, and a second for ticks and scrapes. Judged in standby intervals
+	// it took at least 8 s.
+	most := standby + 300*time.Millisecond + 300*time.Millisecond + time.Second
 	t.Logf("the idle backup died silently; the CPE found it down after %.2f s (standby_interval %v)", found.Seconds(), standby)
 	if found > most {
 		t.Errorf("the idle backup was found down %.2f s after it died, want within %v", found.Seconds(), most)
