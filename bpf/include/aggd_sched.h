@@ -12,7 +12,11 @@
  * becomes max(now, backlog_end) + size*8e9/rate. Links whose arrival is
  * within AGGD_SCHED_TIE_NS of the smallest are tied and take turns by rate
  * (smooth weighted round-robin on tie_credit, the lowest slot among equal
- * credits; sched.pickEarliest says why). Class rules
+ * credits; sched.pickEarliest says why). While the earliest link's backlog
+ * reaches AGGD_SCHED_OVERFLOW_NS beyond now (the bond is full), an idle link
+ * whose base delay alone is no later than the earliest arrival takes the
+ * packet instead, the earliest-arriving such link (sched.idleSlowLink: a
+ * slow line is used without the others queueing its packet time). Class rules
  * (sched.allowedClasses): primaries; overflow
  * links too once every usable primary's backlog reaches more than
  * AGGD_SCHED_OVERFLOW_NS beyond now; overflow and backup links when no
@@ -211,7 +215,8 @@ static __always_inline __u64 aggd_sched_arrival(const __u64 *backlog_end, const 
  * whose expected arrival is within AGGD_SCHED_TIE_NS of the earliest are
  * tied, and of them the one whose credit plus rate is the largest (the
  * lowest slot among equals) wins; aggd_sched_settle_tie then books what the
- * tie earned and paid. If that link is suspect, choose
+ * tie earned and paid. While the bond is full an idle slow link comes
+ * before the tie (sched.idleSlowLink). If the link is suspect, choose
  * the link for its copy: among the other usable links the fast path can send
  * on now (a copy cannot be handed to the slow path apart from its original),
  * links that are not suspect first, then links of an allowed class, then the
@@ -226,17 +231,38 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
 {
 	const __u64 *backlog_end = st->backlog_end_ns;
 	__u64 allowed = aggd_sched_allowed(backlog_end, ls, now);
-	__u64 best_at = AGGD_SCHED_NEVER, found;
+	__u64 best_at = AGGD_SCHED_NEVER, earliest = 0, found;
 	__u64 best = 0, best_credit = AGGD_SCHED_NO_CREDIT, best_tx = 0, tied = 0;
+	__u64 slow = 0, slow_at = AGGD_SCHED_NEVER, slow_tx = 0, full;
 	__u64 d = 0, d_key = AGGD_SCHED_NEVER, d_tx = 0, d_found = 0, want_dup;
 
 #pragma clang loop unroll(disable)
 	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
 		__u64 cand = aggd_nz64(ls->cls[i] & allowed);
 		__u64 at = aggd_sel64(cand, aggd_sched_arrival(backlog_end, ls, i, now), AGGD_SCHED_NEVER);
+		__u64 better = aggd_lt64(at, best_at);
 
-		best_at = aggd_sel64(aggd_lt64(at, best_at), at, best_at);
+		best_at = aggd_sel64(better, at, best_at);
+		earliest = aggd_sel64(better, i, earliest);
 	}
+
+	/* sched.idleSlowLink: with the earliest link's backlog AGGD_SCHED_OVERFLOW_NS
+	 * or more beyond now, the idle link of the earliest arrival among those whose
+	 * base delay is no later than best_at. */
+	full = aggd_lt64(backlog_end[earliest & AGGD_FP_SLOT_MASK], now + AGGD_SCHED_OVERFLOW_NS) ^ 1;
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
+		__u64 cand = aggd_nz64(ls->cls[i] & allowed) & aggd_nz64(i ^ earliest) &
+			     (aggd_lt64(now, backlog_end[i]) ^ 1) &
+			     (aggd_lt64(best_at, now + (__u64)ls->owd_us[i] * 1000) ^ 1);
+		__u64 at = aggd_sel64(cand, aggd_sched_arrival(backlog_end, ls, i, now), AGGD_SCHED_NEVER);
+		__u64 better = aggd_lt64(at, slow_at);
+
+		slow_at = aggd_sel64(better, at, slow_at);
+		slow = aggd_sel64(better, i, slow);
+		slow_tx = aggd_sel64(better, ls->tx_ns[i], slow_tx);
+	}
+	full &= aggd_lt64(slow_at, AGGD_SCHED_NEVER);
 
 	/* The backlogs are read again here, and another CPU may have charged
 	 * the earliest link meanwhile: then the tie can come out empty, and
@@ -254,8 +280,11 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
 		best = aggd_sel64(better, i, best);
 		best_tx = aggd_sel64(better, ls->tx_ns[i], best_tx);
 	}
-	best &= AGGD_FP_SLOT_MASK;
-	found = aggd_nz64(tied);
+	/* The idle slow link's turn replaces the tie, which then books nothing. */
+	best = aggd_sel64(full, slow, best) & AGGD_FP_SLOT_MASK;
+	best_tx = aggd_sel64(full, slow_tx, best_tx);
+	tied = aggd_sel64(full, 0, tied);
+	found = full | aggd_nz64(tied);
 	c->tied = (__u32)tied;
 	c->link = (__s32)aggd_sel64(found, best, (__u64)-1);
 	c->sendable = (ls->sendable >> best) & found;

@@ -680,6 +680,34 @@ func TestTxSchedulerTiesMatchGo(t *testing.T) {
 	}
 }
 
+// A slow link takes a packet whenever it is idle and the earliest link's
+// backlog is 10 ms or more (sched.idleSlowLink), in the Go scheduler's order.
+// At 1 Mbit/s one 1056-byte datagram is 8.4 ms of backlog, at 0.1 Mbit/s
+// 84 ms: the third packet finds the fast link 16.9 ms behind and goes to the
+// idle slow link (by arrival time alone it would wait for the tenth), and
+// the slow link's next turn comes by arrival, once the fast link is as far
+// behind as its packet. The test runs for a fraction of a millisecond, so
+// the real clock does not move the decisions.
+func TestTxSchedulerIdleSlowLinkMatchesGo(t *testing.T) {
+	tx := loadTxT(t)
+	s := schedTwins(t, tx, 9, []uint64{1e6, 0.1e6}, []time.Duration{0, 0})
+
+	const n, size = 24, 1000
+	got := pickSequence(t, tx, netip.MustParseAddr("10.9.0.1"), n, size)
+
+	want := make([]uint8, 0, n)
+	for range n {
+		id, _, _, _ := s.Pick(0, size+wire.Overhead)
+		want = append(want, id)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("fast path picked\n%v\nGo scheduler picked\n%v", got, want)
+	}
+	if i := slices.Index(want, 1); i != 2 {
+		t.Errorf("the slow link's first packet is packet %d, want 2 (the first with the fast link 10 ms behind): %v", i, want)
+	}
+}
+
 // Light traffic rides the lowest-delay link: with equal rates, the link
 // with the smaller base one-way delay takes a lone packet.
 func TestTxSchedulerBaseOWD(t *testing.T) {

@@ -81,11 +81,11 @@ type Reorder struct {
 type AQM struct {
 	// Target is the standing queue tolerated on every link that carries traffic.
 	Target time.Duration `yaml:"target"`
-	// MaxTarget bounds how far the target rises for a slow link: the earliest-arrival
-	// scheduler gives a link a full-size packet only once the others' queues are as long
-	// as that packet takes to pass it, so the target rises to the slowest usable primary
-	// link's one-packet time, but not beyond this. Lower it (down to Target) for lower
-	// latency under load; a link slower than that then carries little traffic.
+	// MaxTarget bounds how far the target rises: to the fastest usable primary link's
+	// one-packet time where that is longer than Target (no link carrying data measures
+	// less), and to all of MaxTarget with a single usable link (nothing is reordered
+	// then, and one TCP flow on a lossy line needs the queue). Lower it (down to Target)
+	// for lower latency under load.
 	MaxTarget time.Duration `yaml:"max_target"`
 	// ECN: mark ECN-capable packets Congestion Experienced where the AQM would drop
 	// them (RFC 3168): a sender that negotiated ECN then slows down without losing a

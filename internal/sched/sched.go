@@ -21,6 +21,11 @@
 // the bursts. Sharing ties keeps the split at the links' rates at any load, for at
 // most TieWindow of extra delay on a packet.
 //
+// One exception to the earliest arrival: while the bond is full, an idle slow link
+// takes the packet (idleSlowLink). A link that takes 58 ms to send a full packet
+// otherwise waits for every other link's queue to reach that, and every packet of the
+// bond waits as long.
+//
 // This is per-packet code, mirrored by the BPF fast path: Pick does not allocate
 // and works on plain integers and floats. A Scheduler is not safe for concurrent
 // use; the session's transmit lock serialises Pick and SetLinks (and must, so that
@@ -223,6 +228,9 @@ func (s *Scheduler) pickEarliest(now int64, size int, allowed classSet) int {
 	if best < 0 {
 		return -1
 	}
+	if idle := s.idleSlowLink(now, size, allowed, best, bestArrival); idle >= 0 {
+		return idle
+	}
 	pick, earned := -1, int64(0)
 	for i := range s.links {
 		l := &s.links[i]
@@ -236,6 +244,31 @@ func (s *Scheduler) pickEarliest(now int64, size int, allowed classSet) int {
 		}
 	}
 	s.links[pick].tieCredit -= earned
+	return pick
+}
+
+// idleSlowLink returns an allowed link that is idle while the bond is full, and whose
+// base delay is no later than the earliest arrival, or -1. Such a link is later than the
+// earliest only by this packet's transmission time on it. Waiting for the others'
+// queues to grow that long before using it (earliest arrival alone) makes every packet
+// of the bond wait that long in a queue; giving it the packet now makes only the
+// packets sent while it transmits wait for it, at the receiver, half as long on
+// average. The bond is full when the earliest link's backlog is beyond the overflow
+// threshold: below it a packet on a slow link would only delay the next ones.
+func (s *Scheduler) idleSlowLink(now int64, size int, allowed classSet, best int, bestArrival int64) int {
+	if s.links[best].backlogEnd-now < s.overflowDelay {
+		return -1
+	}
+	pick, pickArrival := -1, int64(0)
+	for i := range s.links {
+		l := &s.links[i]
+		if i == best || !l.usable() || !allowed.has(l.Class) || l.backlogEnd > now || now+l.BaseOWD > bestArrival {
+			continue
+		}
+		if a := l.arrival(now, size); pick < 0 || a < pickArrival {
+			pick, pickArrival = i, a
+		}
+	}
 	return pick
 }
 

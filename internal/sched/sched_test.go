@@ -465,3 +465,66 @@ func TestChargeQueuesOnTheNamedLink(t *testing.T) {
 		t.Errorf("Pick = link %d, want 2: link 1 is queued with the charged packets", p)
 	}
 }
+
+// soho is the lab's scaled SOHO upstream: an ADSL line that takes 58 ms to send a
+// full packet, beside cable and LTE that take 7.7 and 5.1.
+func soho() []LinkParams {
+	return []LinkParams{
+		primary(1, 0.2*mbit, 12500*us),
+		primary(2, 1.5*mbit, 6*ms),
+		primary(3, 2.25*mbit, 22500*us),
+	}
+}
+
+// A slow link is used whenever it is idle and the bond is full, not only when the
+// others' queues are as long as its packet time: at saturation it carries its share
+// while the fast links queue little more than the overflow threshold and a packet.
+// (By arrival time alone, they queue some 60 ms before the ADSL line gets a packet.)
+func TestSlowLinkTakesAPacketWhenIdleAndTheBondIsFull(t *testing.T) {
+	s := New(Config{})
+	s.SetLinks(soho())
+	const size, n = 1444, 20000
+	var worst int64
+	counts := offer(t, s, 0, interval(3.9*mbit, size), n, size, func(now int64) {
+		if now < time2ns(2) {
+			return
+		}
+		for _, id := range []uint8{2, 3} {
+			b, _ := s.Backlog(now, id)
+			worst = max(worst, b)
+		}
+	})
+	if got := float64(counts[1]) / n; math.Abs(got-0.2/3.9) > 0.01 {
+		t.Errorf("the ADSL line got a share of %.3f, want %.3f ± 0.01 (counts %v)", got, 0.2/3.9, counts)
+	}
+	// Half the ADSL line's packet time; by arrival time alone they reach all of it.
+	if most := interval(0.2*mbit, size) / 2; worst > most {
+		t.Errorf("the fast links queued up to %.1f ms, want at most %.1f", float64(worst)/1e6, float64(most)/1e6)
+	}
+}
+
+// Below saturation the slow link gets nothing: its packet would hold the ones sent
+// after it at the receiver for no gain.
+func TestSlowLinkStaysIdleWhileTheOthersKeepUp(t *testing.T) {
+	s := New(Config{})
+	s.SetLinks(soho())
+	if counts := offer(t, s, 0, interval(3*mbit, 1444), 10000, 1444, nil); counts[1] != 0 {
+		t.Errorf("at 3 Mbit/s of 3.75 the ADSL line got %d packets, want none (counts %v)", counts[1], counts)
+	}
+}
+
+// An idle link far away is not a slow link: with the bond full, a 300-ms satellite
+// link still waits for the others' arrivals to reach its own.
+func TestIdleDistantLinkWaitsForItsArrival(t *testing.T) {
+	s := New(Config{})
+	s.SetLinks([]LinkParams{
+		primary(1, 10*mbit, 300*ms),
+		primary(2, 10*mbit, 5*ms),
+	})
+	counts := offer(t, s, 0, interval(11*mbit, 1250), 2000, 1250, nil) // 1.8 s: link 2 queues up to 180 ms
+	if counts[1] != 0 {
+		t.Errorf("the 300-ms link got %d packets while link 2's queue stayed under 300 ms, want none", counts[1])
+	}
+}
+
+func time2ns(s float64) int64 { return int64(s * 1e9) }

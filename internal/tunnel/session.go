@@ -462,13 +462,17 @@ func (s *Session) refreshSchedule() {
 }
 
 // aqmTarget is the standing queue the bond's entry tolerates: the configured target,
-// or, if longer, the time the slowest usable primary link takes to pass one full-size
-// packet, up to ceiling (aqm.max_target). The earliest-arrival scheduler gives such a
-// link a packet only when the other links' queues are that long: a bond that dropped at
-// a shorter queue would leave the link unused (a scaled ADSL upstream, 67 ms per packet,
-// idled through most of a CUBIC transfer in the lab while the bond dropped at 10 ms).
-// The price is that every packet through the bond may wait that long: the ceiling is
-// the user's latency budget.
+// or, if longer, the time the fastest usable primary link takes to pass one full-size
+// packet (the least-queued link, which the measure is, never shows less while it
+// carries data), up to ceiling (aqm.max_target).
+//
+// A slow link does not raise it. By arrival time alone the scheduler gave a slow link a
+// packet only when the other links' queues were as long as its packet time, so the
+// target was once the slowest link's (a scaled ADSL upstream, 67 ms per packet, idled
+// through most of a CUBIC transfer while the bond dropped at 10 ms), and every packet
+// of the bond waited that long. The scheduler now gives an idle slow link a packet
+// whenever the bond is full (sched.idleSlowLink), and only the packets sent while it
+// transmits wait for it, at the receiver.
 //
 // With a single usable link (a backup left alone when the primaries die) the bond
 // tolerates the whole budget: nothing is reordered then, and one TCP flow on a lossy
@@ -476,17 +480,20 @@ func (s *Session) refreshSchedule() {
 // 10-ms target, a CUBIC flow on the lab's LTE backup (0.3 % loss, 45 ms) got 80-90 % of
 // what the link gave it alone.
 func aqmTarget(configured, ceiling time.Duration, links []sched.LinkParams) time.Duration {
-	t := configured
 	usable := 0
+	var fastest time.Duration
 	for _, p := range links {
 		if !p.Usable {
 			continue
 		}
 		usable++
 		if p.Class == sched.ClassPrimary && p.RateBps > 0 {
-			t = max(t, estimate.FullPacketTime(p.RateBps))
+			if pt := estimate.FullPacketTime(p.RateBps); fastest == 0 || pt < fastest {
+				fastest = pt
+			}
 		}
 	}
+	t := max(configured, fastest)
 	if usable == 1 {
 		t = max(t, ceiling)
 	}
