@@ -233,7 +233,7 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
 	__u64 allowed = aggd_sched_allowed(backlog_end, ls, now);
 	__u64 best_at = AGGD_SCHED_NEVER, earliest = 0, found;
 	__u64 best = 0, best_credit = AGGD_SCHED_NO_CREDIT, best_tx = 0, tied = 0;
-	__u64 slow = 0, slow_at = AGGD_SCHED_NEVER, slow_tx = 0, full;
+	__u64 slow = 0, slow_at = AGGD_SCHED_NEVER, slow_tx = 0, full, take_slow;
 	__u64 d = 0, d_key = AGGD_SCHED_NEVER, d_tx = 0, d_found = 0, want_dup;
 
 #pragma clang loop unroll(disable)
@@ -262,7 +262,7 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
 		slow = aggd_sel64(better, i, slow);
 		slow_tx = aggd_sel64(better, ls->tx_ns[i], slow_tx);
 	}
-	full &= aggd_lt64(slow_at, AGGD_SCHED_NEVER);
+	take_slow = full & aggd_lt64(slow_at, AGGD_SCHED_NEVER);
 
 	/* The backlogs are read again here, and another CPU may have charged
 	 * the earliest link meanwhile: then the tie can come out empty, and
@@ -281,10 +281,10 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
 		best_tx = aggd_sel64(better, ls->tx_ns[i], best_tx);
 	}
 	/* The idle slow link's turn replaces the tie, which then books nothing. */
-	best = aggd_sel64(full, slow, best) & AGGD_FP_SLOT_MASK;
-	best_tx = aggd_sel64(full, slow_tx, best_tx);
-	tied = aggd_sel64(full, 0, tied);
-	found = full | aggd_nz64(tied);
+	best = aggd_sel64(take_slow, slow, best) & AGGD_FP_SLOT_MASK;
+	best_tx = aggd_sel64(take_slow, slow_tx, best_tx);
+	tied = aggd_sel64(take_slow, 0, tied);
+	found = take_slow | aggd_nz64(tied);
 	c->tied = (__u32)tied;
 	c->link = (__s32)aggd_sel64(found, best, (__u64)-1);
 	c->sendable = (ls->sendable >> best) & found;

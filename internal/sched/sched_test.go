@@ -486,7 +486,7 @@ func TestSlowLinkTakesAPacketWhenIdleAndTheBondIsFull(t *testing.T) {
 	const size, n = 1444, 20000
 	var worst int64
 	counts := offer(t, s, 0, interval(3.9*mbit, size), n, size, func(now int64) {
-		if now < time2ns(2) {
+		if now < 2000*ms {
 			return
 		}
 		for _, id := range []uint8{2, 3} {
@@ -526,5 +526,3 @@ func TestIdleDistantLinkWaitsForItsArrival(t *testing.T) {
 		t.Errorf("the 300-ms link got %d packets while link 2's queue stayed under 300 ms, want none", counts[1])
 	}
 }
-
-func time2ns(s float64) int64 { return int64(s * 1e9) }
