@@ -42,6 +42,25 @@ func TestTrainCapacity(t *testing.T) {
 		t.Errorf("burst and a late read: %.0f bit/s (%s), want %.0f", got, r, want)
 	}
 
+	// A bucket that lets three probes through at once (the lab's 3-Mbit/s cable
+	// downstream: a 10-ms bucket), behind a little jitter that spaces the burst by a
+	// fraction of a millisecond: two of the seven spacings are the burst's, and the
+	// shaped rate spaces the rest.
+	cable := 3730 * time.Microsecond // a 1400-byte probe at 3 Mbit/s
+	shaped := append([]uint32{0, 300}, arrivalsEvery(800, cable, shortTrain-2)...)
+	tr = &train{outer: 28, pace: 20 * time.Microsecond, arrivals: shaped}
+	wantCable := wire / cable.Seconds()
+	if got, r := tr.capacity(); r != trainMeasured || math.Abs(got-wantCable) > 0.01*wantCable {
+		t.Errorf("a three-probe burst: %.0f bit/s (%s), want %.0f", got, r, wantCable)
+	}
+	// A burst that leaves fewer than three spacings to the shaped rate says too little:
+	// too short, so a long train follows the short one.
+	tail := append(arrivalsEvery(0, 100*time.Microsecond, 6), arrivalsEvery(8000, spacing, 2)...)
+	tr = &train{outer: 28, probes: shortTrain, pace: 20 * time.Microsecond, arrivals: tail}
+	if got, r := tr.capacity(); r != trainTooShort {
+		t.Errorf("a burst of six probes in eight: %.0f bit/s (%s), want %s", got, r, trainTooShort)
+	}
+
 	// Replies overtaking each other, and the peer's clock wrapping, change nothing.
 	wrapped := arrivalsEvery(^uint32(0)-20000, spacing, shortTrain)
 	wrapped[2], wrapped[5] = wrapped[5], wrapped[2]
