@@ -894,11 +894,27 @@ def ensure_congestion(ccs):
     return avail
 
 
+def start_capture(procs, workdir, sender_ns, port):
+    """LAB_PCAP=<dir>: tcpdump the headers of a TCP transfer's packets (120 bytes each) at
+    its sender, into <dir>/transfer-<port>.pcap: where a transfer's retransmissions and
+    SACKs come from (a failover's holes, a link's random loss, the AQM's drops). None
+    without LAB_PCAP."""
+    out = os.environ.get("LAB_PCAP")
+    if not out:
+        return None
+    os.makedirs(out, exist_ok=True)
+    p = procs.start(sender_ns, os.path.join(workdir, f"tcpdump-{port}.log"), "tcpdump", "-i", "any", "-s", "120",
+                    "-w", os.path.join(out, f"transfer-{port}.pcap"), "tcp", "port", str(port))
+    time.sleep(0.5)  # capturing before the transfer connects
+    return p
+
+
 def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, reverse=False, bind=None,
               streams=1, interval=None, extra=(), udp_rate=None, congestion=None):
     """One iperf3 test against a one-off server started for it. Returns the client's JSON."""
     srv = procs.start(server_ns, os.path.join(workdir, f"iperf3-s-{port}.log"), "iperf3", "-s", "-1", "-J", "-p",
                       str(port), "-B", server_ip, *(["-i", str(interval)] if interval else []))
+    pcap = None
     try:
         wait_listening(server_ns, port)
         args = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(seconds), "-J", "--connect-timeout",
@@ -918,6 +934,7 @@ def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, re
         args += list(extra)
         cw = None
         if not udp_rate:
+            pcap = start_capture(procs, workdir, server_ns if reverse else client_ns, port)
             cw = ConnectWatch(server_ns, port, 1 + streams)
             cw.start()
         t_start = time.time()
@@ -945,6 +962,8 @@ def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, re
         return j
     finally:
         procs.stop(srv)
+        if pcap:
+            procs.stop(pcap)
 
 
 def iperf_goodput(j):
