@@ -106,6 +106,9 @@ const (
 	// the other links' queues (beyond its jitter and one packet's time) for its delivery
 	// to count as its capacity whatever it was given (queuesAlone).
 	aloneQueue = 10 * time.Millisecond
+	// vanishedBytes: what went missing in a sample counts as drops only beyond two
+	// full-size packets (Sample.vanished).
+	vanishedBytes = 2 * 1500
 )
 
 // FullPacketTime is how long a full-size (1500-byte) packet takes to pass a link at
@@ -194,6 +197,16 @@ func SetBondQueues(smps []Sample) (least time.Duration) {
 // Loaded tells whether a link was given about all of rate (bits/s) in the sample.
 func (s Sample) Loaded(rate float64) bool {
 	return s.Interval > 0 && float64(s.Sent)*8/s.Interval.Seconds() >= loadedFrac*rate
+}
+
+// vanished tells whether much of what the link was sent in the sample did not arrive:
+// more than 1-policedFrac of it, and more than vanishedBytes. The byte floor is for a
+// trickle: a quarter of the 1.9 kB of ACKs (14 packets) the lab's cable downstream
+// carried in a period behind an upload is what the period's cut can leave in flight,
+// yet it read as drops, and with a 6-ms "queue" the sample replaced the link's trained 2.99 Mbit/s
+// with its 0.14 (the downstream transfer that followed got 0.64 of its best link).
+func (s Sample) vanished() bool {
+	return float64(s.Delivered) < policedFrac*float64(s.Sent) && s.Sent-s.Delivered > vanishedBytes
 }
 
 // Phase names what the controller did with the last sample (for metrics and logs).
@@ -353,7 +366,7 @@ func (e *Estimator) Update(s Sample) {
 	//
 	// Unless the link queues alone (queuesAlone): then what it delivered is all it has
 	// now, however little we gave it.
-	appLimited := !s.Loaded(e.given()) && delivered >= policedFrac*sent && !e.queuesAlone(s) ||
+	appLimited := !s.Loaded(e.given()) && !s.vanished() && !e.queuesAlone(s) ||
 		e.trained && sent < tinyFrac*e.kf.x
 	switch {
 	case saturated && appLimited:
