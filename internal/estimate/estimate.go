@@ -203,8 +203,9 @@ func (s Sample) Loaded(rate float64) bool {
 // more than 1-policedFrac of it, and more than vanishedBytes. The byte floor is for a
 // trickle: a quarter of the 1.9 kB of ACKs (14 packets) the lab's cable downstream
 // carried in a period behind an upload is what the period's cut can leave in flight,
-// yet it read as drops, and with a 6-ms "queue" the sample replaced the link's trained 2.99 Mbit/s
-// with its 0.14 (the downstream transfer that followed got 0.64 of its best link).
+// yet it read as drops, and with a 6-ms "queue" the sample replaced the link's trained
+// 2.99 Mbit/s with its 0.14 (the downstream transfer that followed got 0.64 of its
+// best link).
 func (s Sample) vanished() bool {
 	return float64(s.Delivered) < policedFrac*float64(s.Sent) && s.Sent-s.Delivered > vanishedBytes
 }

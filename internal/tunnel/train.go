@@ -109,7 +109,7 @@ func (t *train) capacity() (bps float64, r trainResult) {
 	if len(gaps)-burst < trainMinReplies-1 {
 		return 0, trainTooShort
 	}
-	gaps = slices.Clone(gaps[burst:])
+	gaps = gaps[burst:]
 	slices.Sort(gaps)
 	median := time.Duration(gaps[len(gaps)/2]) * time.Microsecond
 	q1, q3 := gaps[len(gaps)/4], gaps[3*len(gaps)/4]
