@@ -26,11 +26,12 @@
 // A newer measure is not yet an answer, either. A drop shows in a measure only after
 // the sender has seen it (the flow's RTT), its smaller window has reached the links,
 // and a report period holding those packets has come back: two RTTs and a report
-// period at the soonest (SetReaction). Until then another drop only cuts the same
-// flow's window again: behind a lone 45-ms LTE link the bond dropped every 100 ms, so
-// one queue cycle cost a CUBIC flow two or three reductions, its window fell below
-// the link's bandwidth-delay product, and the link idled (the lab's standby scenario,
-// where the flow settled at 0.88-0.92 of what the link gives it without the bond).
+// period at the soonest (SetReaction), and only a measure that came that late can show
+// it. Until then another drop only cuts the same flow's window again: behind a lone
+// 45-ms LTE link the bond dropped every 100 ms, so one queue cycle cost a CUBIC flow
+// two or three reductions, its window fell below the link's bandwidth-delay product,
+// and the link idled (the lab's standby scenario, where the flow settled at 0.88-0.92
+// of what the link gives it without the bond).
 package aqm
 
 import "math"
@@ -48,6 +49,11 @@ type Codel struct {
 	lastCount  int
 	dropNext   int64
 	dropGen    uint64 // the measure the last drop acted on
+
+	// measureGen is the newest measure seen, measureAt when it was first seen: about
+	// when it arrived, as packets pass all the time while a sender keeps a queue.
+	measureGen uint64
+	measureAt  int64
 }
 
 // New returns a dropper for the given target queueing delay and interval (ns).
@@ -59,18 +65,28 @@ func New(target, interval int64) *Codel {
 func (c *Codel) SetTarget(target int64) { c.target = target }
 
 // SetReaction sets how long after a drop a measure can first show the senders'
-// response to it (ns): no drop follows another sooner, whatever the control law says.
+// response to it (ns): no drop acts on a measure that came sooner, whatever the control
+// law says.
 func (c *Codel) SetReaction(reaction int64) { c.reaction = reaction }
 
-// answered tells whether the last drop's effect can show in a measure taken now.
-func (c *Codel) answered(now int64) bool {
-	return c.lastDrop == 0 || now-c.lastDrop >= c.reaction
+// answered tells whether the current measure can show the last drop's effect: it came
+// at least the reaction time after the drop. The time since the drop is not enough: a
+// measure that came before the reaction time still shows the queue the drop acted on,
+// and it stays the current one until the next report. Behind the lab's lone 45-ms LTE
+// backup (reaction about 250 ms, a report every 100) the bond dropped again on the
+// report that came 200 ms after a drop, 40 ms before the one that showed the queue
+// drained, and the flow's doubly cut window left the link idling.
+func (c *Codel) answered() bool {
+	return c.lastDrop == 0 || c.measureAt-c.lastDrop >= c.reaction
 }
 
 // Drop reports whether the packet being sent at now should be dropped, given the
 // bond's current standing queue (ns) and that measure's generation gen (a number that
 // changes with every new measure).
 func (c *Codel) Drop(now, queue int64, gen uint64) bool {
+	if gen != c.measureGen {
+		c.measureGen, c.measureAt = gen, now
+	}
 	if queue < c.target {
 		c.firstAbove, c.dropping = 0, false
 		return false
@@ -80,7 +96,7 @@ func (c *Codel) Drop(now, queue int64, gen uint64) bool {
 		return false
 	}
 	if !c.dropping {
-		if now < c.firstAbove || !c.answered(now) {
+		if now < c.firstAbove || !c.answered() {
 			return false
 		}
 		c.dropping = true
@@ -95,7 +111,7 @@ func (c *Codel) Drop(now, queue int64, gen uint64) bool {
 		c.dropGen, c.lastDrop = gen, now
 		return true
 	}
-	if now < c.dropNext || gen == c.dropGen || !c.answered(now) {
+	if now < c.dropNext || gen == c.dropGen || !c.answered() {
 		return false
 	}
 	c.count++

@@ -160,6 +160,35 @@ func TestNoSecondDropBeforeTheFirstCanShow(t *testing.T) {
 	}
 }
 
+// A measure that came before the reaction time was up stays the current one after it,
+// until the next report; it still shows the queue the last drop acted on, so it allows
+// no drop either. With a report every 100 ms and a 250-ms reaction, each drop after the
+// first waits for the report 300 ms after the one before, not the 250 ms alone.
+func TestNoDropOnAMeasureThatCameTooSoon(t *testing.T) {
+	c := New(10*ms, 100*ms)
+	c.SetReaction(250 * ms)
+	var g uint64
+	var measureAt int64
+	var drops, acted []int64
+	for now := ms; now < 3000*ms; now += ms {
+		if now%(100*ms) == 0 {
+			g, measureAt = g+1, now // a report every 100 ms, every one above target
+		}
+		if c.Drop(now, 50*ms, g) {
+			drops, acted = append(drops, now), append(acted, measureAt)
+		}
+	}
+	if len(drops) < 3 {
+		t.Fatalf("drops at %v: want the control law to go on, one drop per answered measure", drops)
+	}
+	for i := 1; i < len(drops); i++ {
+		if since := acted[i] - drops[i-1]; since < 250*ms {
+			t.Errorf("the drop at %d ms acted on the measure of %d ms, %d ms after the drop at %d ms: within the 250-ms reaction time",
+				drops[i]/ms, acted[i]/ms, since/ms, drops[i-1]/ms)
+		}
+	}
+}
+
 // The fast path's spacing never undercuts the reaction time either.
 func TestSpacingWaitsForTheReaction(t *testing.T) {
 	c := New(10*ms, 100*ms)
