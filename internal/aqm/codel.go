@@ -120,6 +120,18 @@ func (c *Codel) Drop(now, queue int64, gen uint64) bool {
 	return true
 }
 
+// Idle tells the dropper that the sender offered nothing for an interval before the
+// packet being sent: whatever queue the last measure showed is not being fed, and
+// drains, so the dropper leaves its dropping state as CoDel does when its queue
+// empties, and the queue must stand above target for an interval again before the next
+// drop. The packet is not dropped. (Acting on the measure instead dropped a TCP flow's
+// tail-loss probe 140 ms into the outage of the lab's standby scenario, on a 40-ms
+// queue the dying links' last report showed: the flow then halved its window on the
+// backup alone.)
+func (c *Codel) Idle() {
+	c.firstAbove, c.dropping = 0, false
+}
+
 // Spacing is Drop for a dropper that does not see the packets: the kernel fast path
 // sends them, and drops one when a spacing is first set and then one per spacing
 // (bpf/include/aggd_aqm.h). Called with every new measure of the bond's standing queue

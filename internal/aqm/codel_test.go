@@ -201,3 +201,29 @@ func TestSpacingWaitsForTheReaction(t *testing.T) {
 		}
 	}
 }
+
+// A sender that offered nothing for an interval is not feeding the queue the last
+// measure showed: after Idle the dropper waits for the queue to stand above target for
+// a whole interval again, on the same measure as before.
+func TestIdleEndsDropping(t *testing.T) {
+	c := New(10*ms, 100*ms)
+	const g = 1 // one measure throughout: a 50-ms queue the links' last report showed
+	drops := 0
+	for now := ms; now < 300*ms; now += ms {
+		if c.Drop(now, 50*ms, g) {
+			drops++
+		}
+	}
+	if drops != 1 {
+		t.Fatalf("setup: %d drops on one measure, want 1", drops)
+	}
+	c.Idle() // the sender stalled; its next packet comes 140 ms later
+	for now := 440 * ms; now < 539*ms; now += ms {
+		if c.Drop(now, 50*ms, g+1) {
+			t.Fatalf("drop %d ms after the sender came back from idle, on a queue it was not feeding", (now-440*ms)/ms)
+		}
+	}
+	if !c.Drop(540*ms, 50*ms, g+2) {
+		t.Errorf("no drop once the queue had stood above target for an interval after the idle spell")
+	}
+}

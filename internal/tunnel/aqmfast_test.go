@@ -49,3 +49,31 @@ func TestDaemonLeavesTheAQMScheduleToTheKernelWhileItSends(t *testing.T) {
 		t.Errorf("no spacing: signals at %v ms, want none", got)
 	}
 }
+
+// In userspace the daemon offers every packet to the AQM. One that comes after an
+// interval without any is never dropped, whatever queue the last measure showed: the
+// sender was not feeding it (a TCP flow's tail-loss probe, or its retransmission after
+// a timeout, when the links it was using died).
+func TestNoDropAfterTheSenderIdled(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	s.aqm = aqm.New(int64(time.Millisecond), int64(100*time.Millisecond))
+	const ms = int64(time.Millisecond)
+	start := int64(time.Hour)
+	s.bondQueue.Store(50 * ms)
+	s.bondQueueGen.Add(1)
+	s.txMu.Lock()
+	defer s.txMu.Unlock()
+	dropped := 0
+	for now := start; now < start+300*ms; now += ms {
+		if s.aqmSignal(now) {
+			dropped++
+		}
+	}
+	if dropped == 0 {
+		t.Fatal("setup: no drop in 300 ms of packets every ms on a 50-ms queue")
+	}
+	s.bondQueueGen.Add(1) // a newer measure, showing the same queue
+	if s.aqmSignal(start + 440*ms) {
+		t.Error("the first packet after 140 ms without any was dropped")
+	}
+}

@@ -5,6 +5,9 @@ package tunnel
 // standing queue (docs/architecture.md §5).
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -202,6 +205,7 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 	}
 	if delivering == 0 {
 		oweTogether(links)
+		s.logOwed(links)
 	}
 	smps := make([]estimate.Sample, len(periods))
 	for i, p := range periods {
@@ -243,6 +247,21 @@ func oweTogether(links []*link) {
 			l.oweTogether()
 		}
 	}
+}
+
+// logOwed logs, at debug level, what a report that showed nothing new on any link
+// owed on each: how the links' silence is judged when all the busy ones die at once.
+func (s *Session) logOwed(links []*link) {
+	if !s.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	var attrs []any
+	for _, l := range links {
+		if l != nil {
+			attrs = append(attrs, l.spec.Name, fmt.Sprintf("behind=%d owing=%v", l.behind(), l.owes()))
+		}
+	}
+	s.log.Debug("FEEDBACK shows nothing new on any link", attrs...)
 }
 
 // bondLoaded tells whether every link that carried data in these samples (at least

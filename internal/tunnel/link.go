@@ -336,24 +336,7 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.quiet.mark(now, l.txPkts.Load(), l.sentLinkSeq())
-	silent := now.Sub(l.lastReply)
-	if l.lastDelivered.After(l.lastReply) {
-		silent = now.Sub(l.lastDelivered)
-	}
-	// A slow or deeply queued link answers late without being dead: it is suspected
-	// after three of its RTTs at the earliest, and declared down only after it has
-	// been suspect for as long again.
-	suspectAfter = max(suspectAfter, time.Duration(3*l.rttNs))
-	downAfter = max(downAfter, 2*suspectAfter)
-	// A link whose unit just shrank (setUnit) gets a fresh silence count. One whose
-	// answer on its old scale was overdue then gets only what remains after the
-	// suspicion time: it is in doubt at once and down a suspicion time later if it
-	// still does not answer (or at down_after of true silence, if that is later).
-	grace := now.Sub(l.unitShrunk)
-	if l.shrunkOverdue {
-		grace += downAfter - suspectAfter
-	}
-	silent = min(silent, grace)
+	silent, suspectAfter, downAfter := l.silenceLocked(now, suspectAfter, downAfter)
 	quiet := l.quiet.reports
 	// A link that owes data and has been silent for a third of the suspicion time is
 	// in doubt already: its packets get copies from then on (a TCP flow that stalled
@@ -392,6 +375,47 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 	return l.state, l.state != old, cause
 }
 
+// silenceLocked returns how long the link has shown no sign of life (no probe reply,
+// no report of new data arriving on it), and the suspicion and down times for it.
+// Caller holds mu.
+func (l *link) silenceLocked(now time.Time, suspectAfter, downAfter time.Duration) (silent, suspect, down time.Duration) {
+	silent = now.Sub(l.lastReply)
+	if l.lastDelivered.After(l.lastReply) {
+		silent = now.Sub(l.lastDelivered)
+	}
+	// A slow or deeply queued link answers late without being dead: it is suspected
+	// after three of its RTTs at the earliest, and declared down only after it has
+	// been suspect for as long again.
+	suspect = max(suspectAfter, time.Duration(3*l.rttNs))
+	down = max(downAfter, 2*suspect)
+	// A link whose unit just shrank (setUnit) gets a fresh silence count. One whose
+	// answer on its old scale was overdue then gets only what remains after the
+	// suspicion time: it is in doubt at once and down a suspicion time later if it
+	// still does not answer (or at down_after of true silence, if that is later).
+	grace := now.Sub(l.unitShrunk)
+	if l.shrunkOverdue {
+		grace += down - suspect
+	}
+	return min(silent, grace), suspect, down
+}
+
+// doubtNow makes an up link suspect if it is in doubt now (doubtAround), and
+// reports whether it did; it never takes a link down. For the peer's first copy
+// (Session.onPeerCopies), which comes between ticks.
+func (l *link) doubtNow(now time.Time, suspectAfter, downAfter time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateUp {
+		return false
+	}
+	silent, suspectAfter, _ := l.silenceLocked(now, suspectAfter, downAfter)
+	if doubt, _ := l.doubtAround(now, silent, suspectAfter); !doubt {
+		return false
+	}
+	l.setState(stateSuspect)
+	return true
+}
+
 // doubtAround tells whether a link silent for silent is in doubt, from what the
 // others show: it owes data itself, and a third of the suspicion time and the margin
 // have passed; or the peer copies what it sends, likewise; or another link owes data and
@@ -402,7 +426,7 @@ func (l *link) doubtAround(now time.Time, silent, suspectAfter time.Duration) (b
 	switch {
 	case l.quiet.othersSilent:
 		return false, 0
-	case l.quiet.owing && long:
+	case l.quiet.owing && silent > suspectAfter/3-quietMargin:
 		return true, causeOwedAndSilence
 	case l.quiet.peerCopies && long:
 		return true, causePeerCopies
@@ -432,6 +456,24 @@ func (l *link) lastSign() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lastSignLocked()
+}
+
+// aliveSince is when the link last showed life or, if later, when its unit last
+// shrank without an answer overdue: from then on it is judged on the shorter scale with a
+// fresh silence count (setUnit), and it counts as alive for the others until that runs
+// out (Session.markSilentPeers). An idle standby backup answers every few seconds;
+// when the primaries went suspect and it took their copies, its last answer was
+// seconds old, it counted as silent, and with all links silent the primaries' doubt
+// was lifted (the lab's standby scenario: no copies for 100 ms, and the TCP flow's
+// packets in that time were lost on the dead primaries).
+func (l *link) aliveSince() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sign := l.lastSignLocked()
+	if !l.shrunkOverdue && l.unitShrunk.After(sign) {
+		return l.unitShrunk
+	}
+	return sign
 }
 
 func (l *link) lastSignLocked() time.Time {

@@ -100,8 +100,12 @@ type Session struct {
 	schedDue atomic.Bool
 	// aqm is the bond's entry AQM (nil: none); guarded by txMu. With the kernel fast
 	// path it makes the drop schedule (Codel.Spacing) both paths carry out (aqmSignal).
-	aqm  *aqm.Codel
-	kept keptPackets // the latest packets sent without a copy, for a rescue (rescue.go)
+	aqm *aqm.Codel
+	// aqmOffered is when (clock.Nanos) the daemon last offered a packet to the AQM
+	// without the fast path: one after an interval without any is not dropped
+	// (Codel.Idle). Guarded by txMu.
+	aqmOffered int64
+	kept       keptPackets // the latest packets sent without a copy, for a rescue (rescue.go)
 	// repairWait is how long (ns) the receiver waits for a repair it asked for
 	// (repair.go; 0: it asks for none), set each tick.
 	repairWait atomic.Int64
@@ -311,6 +315,12 @@ func (s *Session) aqmSignal(now int64) bool {
 		return false
 	}
 	if s.fp == nil {
+		idle := s.aqmOffered != 0 && now-s.aqmOffered >= int64(aqmInterval)
+		s.aqmOffered = now
+		if idle {
+			s.aqm.Idle()
+			return false
+		}
 		q := s.bondQueue.Load()
 		drop := s.aqm.Drop(now, q, s.bondQueueGen.Load())
 		if drop {
@@ -632,6 +642,9 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 	}
 	if h.Type == wire.TypeData && h.Duplicate() {
 		if nanos := clock.Nanos(); !s.awaitingRepair(nanos) { // a repair is no doubt
+			if !s.peerCopies() {
+				defer s.onPeerCopies(now)
+			}
 			s.peerCopied.Store(nanos)
 		}
 	}
@@ -898,7 +911,7 @@ func (s *Session) markSilentPeers(links []*link, now time.Time) {
 		if u := l.probeUnit(s.cfg.Probe); u > s.cfg.Probe {
 			window = 3 * u
 		}
-		if signs[i] = l.lastSign().After(now.Add(-window)); signs[i] {
+		if signs[i] = l.aliveSince().After(now.Add(-window)); signs[i] {
 			alive++
 		}
 	}
@@ -922,6 +935,27 @@ const peerDoubtSpan = 2
 func (s *Session) peerCopies() bool {
 	at := s.peerCopied.Load()
 	return at != 0 && clock.Nanos()-at < int64(peerDoubtSpan*s.cfg.Probe)
+}
+
+// onPeerCopies puts the primaries in doubt as soon as the peer's first copy arrives
+// if they have been silent long enough (link.doubtAround), not at the next tick: the
+// copies say the peer doubts its links, which are ours too. Up to a probe interval
+// sooner, the ACKs of a flow whose data the peer now copies to a standby link follow
+// it there (the lab's standby scenario: the sender's retransmission timer fires about
+// 300 ms after the primaries die, and the peer copies from about 200 ms). It only
+// suspects: a link taken down here would leave the resequencer's evidence while the
+// rest of the peer's copies of its packets are still on their way, and they would come
+// late.
+func (s *Session) onPeerCopies(now time.Time) {
+	links := s.allLinks()
+	markDoubt(links, true)
+	for _, l := range links {
+		if l.doubtNow(now, 3*l.probeUnit(s.cfg.Probe), s.cfg.DownAfter) {
+			l.log.Warn("link suspect: copying its traffic to another link", "cause", causePeerCopies.String(),
+				"copied_in_flight", s.rescue(l))
+			s.schedDue.Store(true)
+		}
+	}
 }
 
 // markDoubt tells each primary link whether another link of the session owes data,

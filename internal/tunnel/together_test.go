@@ -137,6 +137,40 @@ func TestPrimariesThatDieTogetherAreSuspectSoon(t *testing.T) {
 	}
 }
 
+// A report that owes data already shows a report period in which nothing arrived on
+// the link: the link is suspect when that report comes, not a tick later (which the
+// silence measured from the last report with progress, a period before, put it at:
+// 50-100 ms of a TCP flow's 200-ms retransmission timer).
+func TestAnOwingReportPutsItsLinkInDoubtAtOnce(t *testing.T) {
+	r := newTogetherRig(t)
+	// Four packets per link every 50 ms; each report shows what was sent up to the
+	// step before it arrived, so the peer's highest number lags four behind.
+	r.step(both(4), both(0), r.dsl, r.cable, r.lte)
+	r.step(both(4), both(4), r.dsl, r.cable, r.lte)
+	for range 18 {
+		r.step(both(4), both(8), r.dsl, r.cable, r.lte)
+	}
+	if len(r.suspect) != 0 {
+		t.Fatalf("a primary went suspect while all its data arrived: %v", r.suspect)
+	}
+	// Both die now, after this report: the four packets sent with it never arrive, and
+	// the flow, its window full, sends nothing more.
+	died := r.now
+	for r.now-died < 400*time.Millisecond {
+		r.step(perLink{}, perLink{}, r.lte)
+	}
+	for _, l := range []*link{r.dsl, r.cable} {
+		at, ok := r.suspect[l]
+		if !ok {
+			t.Fatalf("%s: not suspect 400 ms after it died owing four packets", l.spec.Name)
+		}
+		if took := at - died; took != 100*time.Millisecond {
+			t.Errorf("%s: suspect %v after it died owing four packets; want 100 ms, at the first report that shows nothing new",
+				l.spec.Name, took)
+		}
+	}
+}
+
 // While one link owes data, another that answers its probes is not suspected with it:
 // only a missed answer puts it in doubt.
 func TestDoubtSparesALinkThatAnswers(t *testing.T) {
@@ -211,6 +245,36 @@ func TestPeerCopiesPutSilentPrimariesInDoubt(t *testing.T) {
 	}
 }
 
+// The peer's first copy puts silent primaries in doubt when it comes, not at the next
+// tick: the ACKs the receiver sends for the copied data then follow them to the
+// backup. A primary that showed life within the shortened silence stays up.
+func TestPeerCopiesActAtOnce(t *testing.T) {
+	r := newTogetherRig(t)
+	for range 20 {
+		r.step(both(1), both(2), r.dsl, r.cable, r.lte)
+	}
+	died := r.now
+	early := r.t0.Add(r.now + 60*time.Millisecond)
+	r.s.onPeerCopies(early) // 60 ms of silence: too soon for doubt
+	for _, l := range []*link{r.dsl, r.cable} {
+		if !l.isUp() || l.isSuspect() {
+			t.Fatalf("%s: in doubt after 60 ms of silence on the peer's copy; want up", l.spec.Name)
+		}
+	}
+	for r.now-died < 150*time.Millisecond {
+		r.step(perLink{}, perLink{}, r.lte)
+	}
+	if len(r.suspect) != 0 {
+		t.Fatalf("setup: a primary went suspect before the peer copied: %v", r.suspect)
+	}
+	r.s.onPeerCopies(r.t0.Add(r.now + 25*time.Millisecond)) // between two ticks
+	for _, l := range []*link{r.dsl, r.cable} {
+		if !l.isSuspect() {
+			t.Errorf("%s: not suspect on the peer's first copy, 175 ms after it died", l.spec.Name)
+		}
+	}
+}
+
 // The peer's copies reach the session over real sockets: a CPE whose uplink 0 stops
 // carrying data upstream suspects it and copies what it sends on it to uplink 1, and
 // the headend, which receives those copies, counts its peer as copying (markDoubt).
@@ -239,4 +303,38 @@ func TestCopiesTellTheHeadendThatItsPeerIsInDoubt(t *testing.T) {
 		b.heTun.pending()
 		return s.peerCopies()
 	})
+}
+
+// An idle standby backup answers its probes every few seconds. When the primaries go
+// suspect and their copies go to it, it is judged in probe intervals from then on, with a
+// fresh silence count: the primaries are not alone in their silence, and stay in doubt.
+func TestABackupThatTakesCopiesCountsAsAlive(t *testing.T) {
+	cfg := testSession()
+	cfg.Probe, cfg.StandbyProbe, cfg.DownAfter = 100*time.Millisecond, 2*time.Second, 600*time.Millisecond
+	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	send := func(*link, []byte) error { return nil }
+	dsl := s.addLink(LinkSpec{ID: 0, Name: "dsl", TxRate: 2e6}, send)
+	lte := s.addLink(LinkSpec{ID: 1, Name: "lte", Class: sched.ClassBackup}, send)
+	t0 := time.Unix(1000, 0)
+	for _, l := range s.allLinks() {
+		l.onReply(t0, 50*time.Millisecond)
+		l.setState(stateUp)
+	}
+	lte.setUnit(cfg.StandbyProbe, t0)
+	dsl.setUnit(cfg.Probe, t0)
+	now := t0.Add(time.Second) // the backup's last answer is a second old
+	dsl.onReply(now.Add(-300*time.Millisecond), 50*time.Millisecond)
+	s.markSilentPeers(s.allLinks(), now)
+	if dsl.quiet.othersSilent {
+		t.Fatal("setup: the idle backup, which answered a second ago, counts as silent on the standby scale")
+	}
+	lte.setUnit(cfg.Probe, now) // it takes the primaries' copies
+	s.markSilentPeers(s.allLinks(), now.Add(50*time.Millisecond))
+	if dsl.quiet.othersSilent {
+		t.Error("the backup that just took the copies counts as silent: the primary's doubt would be lifted")
+	}
+	s.markSilentPeers(s.allLinks(), now.Add(400*time.Millisecond))
+	if !dsl.quiet.othersSilent {
+		t.Error("the backup, silent 400 ms on the probe scale, still counts as alive")
+	}
 }
