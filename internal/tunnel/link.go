@@ -318,9 +318,10 @@ func (l *link) onReply(now time.Time, rtt time.Duration) (was linkState) {
 // time too: two signals agree (a TCP flow that stalled after its losses may send too
 // little for a second report). A link the last report found owing data, even if no
 // report could be a verdict (the flow stalled right away), is suspect after a third of
-// the suspicion time and the margin of silence (120 ms at the defaults: the report that
-// owed already showed a whole report period without its data) and down after all of
-// it. A suspect link the peer reports data from again is up.
+// the suspicion time less the margin of silence (80 ms at the defaults: the silence
+// counts from the last report with progress, a period before the one that owed, which
+// itself showed that period without the link's data) and down after all of it. A
+// suspect link the peer reports data from again is up.
 //
 // Owing is shared (Session.onFeedback, quietWatch.oweTogether), and so is the doubt
 // (doubtAround): while another link owes, a primary that misses the answer to a probe
@@ -338,8 +339,8 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 	l.quiet.mark(now, l.txPkts.Load(), l.sentLinkSeq())
 	silent, suspectAfter, downAfter := l.silenceLocked(now, suspectAfter, downAfter)
 	quiet := l.quiet.reports
-	// A link that owes data and has been silent for a third of the suspicion time is
-	// in doubt already: its packets get copies from then on (a TCP flow that stalled
+	// A link that owes data and has been silent for about a report period is in doubt
+	// already: its packets get copies from then on (a TCP flow that stalled
 	// behind its gap retransmits on its timer, and that retransmission must not be
 	// lost again). So are the others the doubt takes in (doubtAround).
 	owedSilence, owedCause := l.doubtAround(now, silent, suspectAfter)
@@ -417,8 +418,10 @@ func (l *link) doubtNow(now time.Time, suspectAfter, downAfter time.Duration) bo
 }
 
 // doubtAround tells whether a link silent for silent is in doubt, from what the
-// others show: it owes data itself, and a third of the suspicion time and the margin
-// have passed; or the peer copies what it sends, likewise; or another link owes data and
+// others show: it owes data itself, and a third of the suspicion time less the margin
+// has passed (about the report period the owing report showed without its data); or
+// the peer copies what it sends, and a third of the suspicion time and the margin have
+// passed (a busy link's silence before its next report); or another link owes data and
 // this one missed the answer to a probe. Never when every other link is silent too: the
 // peer or the path stalled then, not a link. Caller holds mu.
 func (l *link) doubtAround(now time.Time, silent, suspectAfter time.Duration) (bool, healthCause) {

@@ -31,7 +31,7 @@ import (
 const busyQuietPackets = 8
 
 // owingPackets is how many packets a report must owe for the link's silence to make it
-// suspect at a third of the suspicion time (and quietMargin) and down at all of it,
+// suspect at a third of the suspicion time (less quietMargin) and down at all of it,
 // rather than at the suspicion time and down_after (fewer do together with the other
 // links: togetherPackets). The silence is the evidence here, so a few packets
 // do. (A link at 1.4 Mbit/s has about 12 packets in flight when its flow stalls an
