@@ -384,7 +384,7 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	 * stack beside the decision's.)
 	 */
 	bpf_spin_lock(&sched->lock);
-	drop = aggd_aqm_drop(&sched->aqm_next_us, sess->aqm_gap_us, now);
+	drop = aggd_aqm_drop(&sched->aqm_next_us, &sched->aqm_last_us, sess->aqm_gap_us, now);
 	bpf_spin_unlock(&sched->lock);
 	if (drop) {
 		/* An ECN-capable packet is marked instead, and sent on. */

@@ -122,6 +122,8 @@ struct aggd_fp_sched_state {
 struct aggd_fp_tx_sched {
 	struct bpf_spin_lock lock;
 	__u32 aqm_next_us; /* when the next AQM drop is due (aggd_aqm.h), 0: none scheduled */
+	__u32 aqm_last_us; /* when the AQM's schedule last saw a packet (aggd_aqm.h), 0: none */
+	__u32 pad;
 	struct aggd_fp_sched_state st;
 };
 
@@ -239,7 +241,7 @@ _Static_assert(sizeof(struct aggd_fp_tx_session) == 32 + 40 * AGGD_FP_MAX_LINKS,
 _Static_assert(__builtin_offsetof(struct aggd_fp_tx_session, links) == 32, "links at 32");
 _Static_assert(sizeof(struct aggd_fp_tx_seq) == 8 + 8 * AGGD_FP_MAX_LINKS, "tx seq layout");
 _Static_assert((AGGD_FP_SENT_LOG & (AGGD_FP_SENT_LOG - 1)) == 0, "sent log size is a power of two");
-_Static_assert(sizeof(struct aggd_fp_tx_sched) == 8 + 2 * 8 * AGGD_FP_MAX_LINKS, "tx sched layout");
+_Static_assert(sizeof(struct aggd_fp_tx_sched) == 16 + 2 * 8 * AGGD_FP_MAX_LINKS, "tx sched layout");
 _Static_assert(sizeof(struct aggd_fp_rx_order) == 32, "rx order is 32 bytes");
 _Static_assert(sizeof(struct aggd_fp_rx_link_stats) == 32, "rx link stats is 32 bytes");
 

@@ -77,3 +77,23 @@ func TestNoDropAfterTheSenderIdled(t *testing.T) {
 		t.Error("the first packet after 140 ms without any was dropped")
 	}
 }
+
+// The daemon's half of the fast path's schedule spares the packet after an AQM
+// interval without any, as the kernel's does (aggd_aqm_drop), and restarts from it.
+func TestDaemonScheduleSparesThePacketAfterAnIdleSpell(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	var next, last int64
+	start := int64(time.Hour)
+	if !dueEvery(&next, &last, 20*ms, start) {
+		t.Fatal("setup: the first packet once a gap is set was not signalled")
+	}
+	if dueEvery(&next, &last, 20*ms, start+150*ms) {
+		t.Error("the first packet after 150 ms without any was signalled")
+	}
+	if dueEvery(&next, &last, 20*ms, start+160*ms) {
+		t.Error("a packet 10 ms after the spared one was signalled; the schedule restarts from it")
+	}
+	if !dueEvery(&next, &last, 20*ms, start+170*ms) {
+		t.Error("no signal a spacing after the spared packet")
+	}
+}

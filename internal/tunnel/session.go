@@ -112,8 +112,9 @@ type Session struct {
 	// repairAsked is when (clock.Nanos) the receiver last asked for a repair.
 	repairAsked atomic.Int64
 	// fpGap is the AQM's drop spacing (ns) with the kernel fast path, fpNext when the
-	// daemon's next packet is due for a drop (aqmSignal). Guarded by txMu.
-	fpGap, fpNext int64
+	// daemon's next packet is due for a drop, fpLast when its schedule last saw a
+	// packet (aqmSignal, dueEvery). Guarded by txMu.
+	fpGap, fpNext, fpLast int64
 	// kernelSentAt is when (clock.Nanos) the kernel was last seen to have sent data
 	// packets for the session (mergeFastTx).
 	kernelSentAt atomic.Int64
@@ -329,10 +330,10 @@ func (s *Session) aqmSignal(now int64) bool {
 		return drop
 	}
 	if now-s.kernelSentAt.Load() < kernelCarriesAQM*int64(s.cfg.Probe) {
-		s.fpNext = 0
+		s.fpNext, s.fpLast = 0, 0
 		return false
 	}
-	return dueEvery(&s.fpNext, s.fpGap, now)
+	return dueEvery(&s.fpNext, &s.fpLast, s.fpGap, now)
 }
 
 // kernelCarriesAQM is how many probe intervals after the kernel was last seen sending
@@ -342,11 +343,20 @@ const kernelCarriesAQM = 3
 
 // dueEvery carries out a drop schedule of one signal per gap ns (0: none), as the
 // kernel's aggd_aqm_drop does: the first packet once a gap is set, then one a gap
-// after the last, or after now if packets stopped for longer. next is the next due
-// time, 0 when none is scheduled.
-func dueEvery(next *int64, gap, now int64) bool {
+// after the last, or after now if packets stopped for longer; but never a packet that
+// comes an AQM interval or more after the last one the schedule saw (the sender was
+// not feeding the queue: Codel.Idle), from which the schedule restarts. next is the
+// next due time, 0 when none is scheduled; last when the schedule last saw a packet, 0
+// when none since the gap was set.
+func dueEvery(next, last *int64, gap, now int64) bool {
 	if gap <= 0 {
-		*next = 0
+		*next, *last = 0, 0
+		return false
+	}
+	prev := *last
+	*last = now
+	if prev != 0 && now-prev >= int64(aqmInterval) {
+		*next = now + gap
 		return false
 	}
 	if *next != 0 && now < *next {
