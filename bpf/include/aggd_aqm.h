@@ -37,6 +37,7 @@ static __always_inline int aggd_aqm_drop(__u32 *next_us, __u32 *last_us, __u32 g
 {
 	__u32 now_us, last;
 	__s32 late;
+	int idle;
 
 	if (!gap_us) {
 		*next_us = 0;
@@ -46,24 +47,20 @@ static __always_inline int aggd_aqm_drop(__u32 *next_us, __u32 *last_us, __u32 g
 	now_us = (__u32)(now_ns / 1000);
 	last = *last_us;
 	*last_us = now_us ? now_us : 1;
-	if (last && now_us - last >= AGGD_AQM_IDLE_US) {
-		*next_us = now_us + gap_us;
-		if (!*next_us)
-			*next_us = 1;
-		return 0;
-	}
+	idle = last && now_us - last >= AGGD_AQM_IDLE_US;
 	late = (__s32)(now_us - *next_us);
-	if (*next_us && late < 0)
+	if (!idle && *next_us && late < 0)
 		return 0;
-	/* Due. The next one a spacing after this one's schedule, or after now
-	 * if the schedule fell more than a spacing behind (no packets came). */
-	if (!*next_us || late > (__s32)gap_us)
+	/* Due, or spared after an idle spell. The next one a spacing after this
+	 * one's schedule, or after now if the schedule fell more than a spacing
+	 * behind (no packets came) or restarts from the spared packet. */
+	if (idle || !*next_us || late > (__s32)gap_us)
 		*next_us = now_us + gap_us;
 	else
 		*next_us += gap_us;
 	if (!*next_us)
 		*next_us = 1;
-	return 1;
+	return !idle;
 }
 
 #endif /* AGGD_AQM_H */

@@ -401,20 +401,20 @@ func (l *link) silenceLocked(now time.Time, suspectAfter, downAfter time.Duratio
 }
 
 // doubtNow makes an up link suspect if it is in doubt now (doubtAround), and
-// reports whether it did; it never takes a link down. For the peer's first copy
-// (Session.onPeerCopies), which comes between ticks.
-func (l *link) doubtNow(now time.Time, suspectAfter, downAfter time.Duration) bool {
+// reports whether it did and why; it never takes a link down. For the peer's first
+// copy (Session.onPeerCopies), which comes between ticks.
+func (l *link) doubtNow(now time.Time, suspectAfter, downAfter time.Duration) (healthCause, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != stateUp {
-		return false
+		return 0, false
 	}
 	silent, suspectAfter, _ := l.silenceLocked(now, suspectAfter, downAfter)
-	if doubt, _ := l.doubtAround(now, silent, suspectAfter); !doubt {
-		return false
+	doubt, cause := l.doubtAround(now, silent, suspectAfter)
+	if doubt {
+		l.setState(stateSuspect)
 	}
-	l.setState(stateSuspect)
-	return true
+	return cause, doubt
 }
 
 // doubtAround tells whether a link silent for silent is in doubt, from what the

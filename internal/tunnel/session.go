@@ -316,9 +316,7 @@ func (s *Session) aqmSignal(now int64) bool {
 		return false
 	}
 	if s.fp == nil {
-		idle := s.aqmOffered != 0 && now-s.aqmOffered >= int64(aqmInterval)
-		s.aqmOffered = now
-		if idle {
+		if afterIdle(&s.aqmOffered, now) {
 			s.aqm.Idle()
 			return false
 		}
@@ -353,21 +351,25 @@ func dueEvery(next, last *int64, gap, now int64) bool {
 		*next, *last = 0, 0
 		return false
 	}
-	prev := *last
-	*last = now
-	if prev != 0 && now-prev >= int64(aqmInterval) {
-		*next = now + gap
+	idle := afterIdle(last, now)
+	if !idle && *next != 0 && now < *next {
 		return false
 	}
-	if *next != 0 && now < *next {
-		return false
-	}
-	if *next == 0 || now-*next > gap {
+	if idle || *next == 0 || now-*next > gap {
 		*next = now + gap
 	} else {
 		*next += gap
 	}
-	return true
+	return !idle
+}
+
+// afterIdle records a packet offered to the AQM at now in *last (when the last one
+// was, 0: none yet) and tells whether it came an AQM interval or more after that one:
+// the sender was not feeding the queue, and the packet is not dropped (Codel.Idle).
+func afterIdle(last *int64, now int64) bool {
+	prev := *last
+	*last = now
+	return prev != 0 && now-prev >= int64(aqmInterval)
 }
 
 // sendDataOn writes the header for one link into buf and sends it; copied says the
@@ -652,10 +654,9 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 	}
 	if h.Type == wire.TypeData && h.Duplicate() {
 		if nanos := clock.Nanos(); !s.awaitingRepair(nanos) { // a repair is no doubt
-			if !s.peerCopies() {
+			if !s.copiedWithinSpan(s.peerCopied.Swap(nanos), nanos) {
 				defer s.onPeerCopies(now)
 			}
-			s.peerCopied.Store(nanos)
 		}
 	}
 	l := s.link(h.LinkID)
@@ -943,8 +944,13 @@ const peerDoubtSpan = 2
 // peerCopies reports whether a copy came from the peer within the last peerDoubtSpan
 // probe intervals.
 func (s *Session) peerCopies() bool {
-	at := s.peerCopied.Load()
-	return at != 0 && clock.Nanos()-at < int64(peerDoubtSpan*s.cfg.Probe)
+	return s.copiedWithinSpan(s.peerCopied.Load(), clock.Nanos())
+}
+
+// copiedWithinSpan tells whether a copy the peer sent at (clock.Nanos, 0: none) is
+// within peerDoubtSpan probe intervals of nanos.
+func (s *Session) copiedWithinSpan(at, nanos int64) bool {
+	return at != 0 && nanos-at < int64(peerDoubtSpan*s.cfg.Probe)
 }
 
 // onPeerCopies puts the primaries in doubt as soon as the peer's first copy arrives
@@ -960,9 +966,8 @@ func (s *Session) onPeerCopies(now time.Time) {
 	links := s.allLinks()
 	markDoubt(links, true)
 	for _, l := range links {
-		if l.doubtNow(now, 3*l.probeUnit(s.cfg.Probe), s.cfg.DownAfter) {
-			l.log.Warn("link suspect: copying its traffic to another link", "cause", causePeerCopies.String(),
-				"copied_in_flight", s.rescue(l))
+		if cause, ok := l.doubtNow(now, 3*l.probeUnit(s.cfg.Probe), s.cfg.DownAfter); ok {
+			s.announceSuspect(l, cause)
 			s.schedDue.Store(true)
 		}
 	}
@@ -1007,13 +1012,19 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 	case stateUp:
 		l.log.Info("link no longer suspect: the peer reports our data arriving on it")
 	case stateSuspect:
-		l.log.Warn("link suspect: copying its traffic to another link", "cause", cause.String(),
-			"copied_in_flight", s.rescue(l))
+		s.announceSuspect(l, cause)
 	case stateDown:
 		noticed := s.linkDown(l)
 		l.log.Warn("link down", "cause", cause.String(), "down_after", s.cfg.DownAfter, "loss_notice_seqs", noticed)
 	}
 	s.schedDue.Store(true)
+}
+
+// announceSuspect acts on a link that just went suspect: the packets it had in flight
+// get copies (rescue), and the log says why.
+func (s *Session) announceSuspect(l *link, cause healthCause) {
+	l.log.Warn("link suspect: copying its traffic to another link", "cause", cause.String(),
+		"copied_in_flight", s.rescue(l))
 }
 
 // mergeFastRx adds what the kernel sent on each link to the link's transmit counters
