@@ -12,8 +12,9 @@ package tunnel
 // by the peer already; the ones after it are the ones the notice names.
 //
 // Only down links get notices. A suspect link's packets have a redundant copy on
-// another link, which is why packets sent with a copy are never logged: the copy may
-// still arrive, and a notice must not make the peer give it up.
+// another link, which is why packets sent with a copy are logged as copies and never
+// named: the other copy may still arrive, and a notice must not make the peer give it
+// up. (They are logged at all for a rescue: rescue.go.)
 //
 // With the kernel fast path the kernel takes link sequence numbers from the same
 // series and logs its own packets the same way, in a per-link map (tx_sent_log in
@@ -47,8 +48,8 @@ type SentEntry struct {
 	Copy         bool
 }
 
-// sentLog is one link's record of recent data packets that had no redundant copy, in
-// the order they were sent, and how far the peer has reported receiving.
+// sentLog is one link's record of recent data packets, copies marked, in the order
+// they were sent, and how far the peer has reported receiving.
 type sentLog struct {
 	ring  []SentEntry // written under the session's txMu; allocated on first use
 	n     uint64      // entries ever written; the newest is at (n-1) % sentLogSize

@@ -239,7 +239,7 @@ func (s *Session) onRepairRequest(body wire.RepairRequestBody) {
 		for i := range uint32(g.Count) {
 			e, ok := l.sent.find(g.Start + i)
 			if !ok {
-				continue // sent with a copy (not logged), or forgotten: the peer's wait ends it
+				continue // forgotten: the peer's wait ends it
 			}
 			pkt := s.kept.get(e.Seq)
 			if pkt == nil || k == nil || via == nil {
@@ -249,8 +249,7 @@ func (s *Session) onRepairRequest(body wire.RepairRequestBody) {
 				continue
 			}
 			s.sched.Charge(via.spec.ID, now, len(pkt)+28)
-			if linkSeq, ok := s.sendDataOn(via.spec.ID, k, e.Seq, wire.FlagDuplicate, true, now, pkt); ok {
-				via.sent.record(linkSeq, e.Seq, true) // as rescue logs its copies
+			if _, ok := s.sendDataOn(via.spec.ID, k, e.Seq, wire.FlagDuplicate, true, now, pkt); ok {
 				resent++
 			}
 		}

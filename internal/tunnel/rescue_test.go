@@ -140,7 +140,14 @@ func TestKeptPackets(t *testing.T) {
 	if got := string(k.get(7)); got != "seven" {
 		t.Fatalf("get(7) = %q, want seven", got)
 	}
+	k.sentOn(8, 200)
+	if !k.wentOn(8, 200) || k.wentOn(8, 8) || k.wentOn(7, 200) {
+		t.Fatal("packet 8 went on link 200 only")
+	}
 	k.keep(8+rescueSlots, []byte("later"))
+	if k.wentOn(8+rescueSlots, 200) {
+		t.Fatal("a packet kept anew in a slot took over the links of the one before")
+	}
 	if k.get(8) != nil {
 		t.Fatal("packet 8 given out after a newer packet took its slot")
 	}
@@ -210,32 +217,40 @@ func (r *rescueRig) copies(t *testing.T) map[uint8][]uint32 {
 
 // The primaries die one after the other. The first one's packets in flight are copied
 // to both other links, the healthy second first; when the second is in doubt too, the
-// copies it carried are copied again, to the third (not to the first, in doubt
-// itself). The second's loss notice leaves their numbers out: their originals went on
-// the first link.
+// copies it carried would go to the third (not to the first, in doubt itself), but
+// they are there already, and none goes twice. The second's loss notice leaves their
+// numbers out: their originals went on the first link. A packet the second carried
+// that is not on the third yet is copied there.
 func TestCopiesFollowTheNextLinkIntoDoubt(t *testing.T) {
 	r := newRescueRig(t)
 	s, links := r.s, r.links
+	k := s.keys.sending()
+	s.txMu.Lock()
+	s.sendDataOn(1, k, 4, 0, false, clock.Nanos(), make([]byte, wire.HeaderLen+100))
+	s.txMu.Unlock()
+	r.mu.Lock()
+	clear(r.sent)
+	r.mu.Unlock()
 	links[0].setState(stateSuspect)
 	if n := s.rescue(links[0]); n != 3 {
 		t.Fatalf("first link in doubt: %d packets copied, want 3", n)
 	}
 	links[1].setState(stateSuspect)
-	if n := s.rescue(links[1]); n != 3 {
-		t.Fatalf("second link in doubt: %d packets copied, want the 3 copies it carried", n)
+	if n := s.rescue(links[1]); n != 1 {
+		t.Fatalf("second link in doubt: %d packets copied, want 1 (its own; the 3 copies it carried are on the third link already)", n)
 	}
 	if n := s.rescue(links[1]); n != 0 {
 		t.Errorf("second link rescued again: %d packets copied twice", n)
 	}
 	got := r.copies(t)
-	for id, want := range map[uint8][]uint32{0: nil, 1: {1, 2, 3}, 2: {1, 2, 3, 1, 2, 3}} {
+	for id, want := range map[uint8][]uint32{0: nil, 1: {1, 2, 3}, 2: {1, 2, 3, 4}} {
 		if !slices.Equal(got[id], want) {
 			t.Errorf("link %d carried copies of %v, want %v", id, got[id], want)
 		}
 	}
 	links[1].setState(stateDown)
-	if named := s.reassign(links[1]); named != 0 {
-		t.Errorf("the second link's loss notice named %d numbers; it carried only copies", named)
+	if named := s.reassign(links[1]); named != 1 {
+		t.Errorf("the second link's loss notice named %d numbers, want 1: the rest it carried were copies", named)
 	}
 }
 
@@ -276,4 +291,61 @@ func sameIDs(a, b []uint32) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// The primaries die together. While the first is in doubt each new packet goes out
+// twice, and its second copy can land on the other dying link, which still looks
+// healthy. When that one is in doubt too, its rescue copies those packets to the third
+// link: else both copies are lost and nothing speaks for them but the end host's
+// retransmission timer (the lab's standby scenario: a 664-ms stall and a TCP
+// retransmission timeout after both primaries died under an upload).
+func TestCopiesSentWhileInDoubtAreRescued(t *testing.T) {
+	r := newRescueRig(t)
+	s, links := r.s, r.links
+	links[0].mu.Lock()
+	links[0].setState(stateSuspect)
+	links[0].mu.Unlock()
+	s.schedDue.Store(true)
+	for range 40 {
+		if !s.SendData(make([]byte, wire.HeaderLen+1000)) {
+			t.Fatal("SendData found no usable link")
+		}
+	}
+	onDying, originals := r.seqsOn(1)
+	if originals == len(onDying) {
+		t.Fatalf("setup: no packet of the first link, in doubt, had its copy on the second link (it carried %v)", onDying)
+	}
+	r.mu.Lock()
+	clear(r.sent)
+	r.mu.Unlock()
+	links[1].mu.Lock()
+	links[1].setState(stateSuspect)
+	links[1].mu.Unlock()
+	if n := s.rescue(links[1]); n != len(onDying) {
+		t.Fatalf("second link in doubt: %d packets copied, want the %d it carried (%d of them copies): %v",
+			n, len(onDying), len(onDying)-originals, onDying)
+	}
+	if got := r.copies(t)[2]; !slices.Equal(got, onDying) {
+		t.Fatalf("the third link carried copies of %v, want %v", got, onDying)
+	}
+	links[1].mu.Lock()
+	links[1].setState(stateDown)
+	links[1].mu.Unlock()
+	if named := s.reassign(links[1]); named != originals {
+		t.Errorf("the second link's loss notice named %d numbers, want its %d originals (not the copies of the first link's)", named, originals)
+	}
+}
+
+// seqsOn returns the global sequence numbers link id carried since the rig was last
+// cleared, and how many of those packets were not marked as copies.
+func (r *rescueRig) seqsOn(id uint8) (seqs []uint32, originals int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range r.sent[id] {
+		seqs = append(seqs, h.Seq)
+		if h.Flags&wire.FlagDuplicate == 0 {
+			originals++
+		}
+	}
+	return seqs, originals
 }

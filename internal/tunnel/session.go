@@ -373,9 +373,14 @@ func afterIdle(last *int64, now int64) bool {
 }
 
 // sendDataOn writes the header for one link into buf and sends it; copied says the
-// packet also goes on another link (then no loss notice may name it). It returns the
-// link sequence number the packet carried, and false if there is no link id. Caller
-// holds txMu.
+// packet also goes on another link (then no loss notice may name it). Every data
+// packet is logged on its link, copies as copies, so that a rescue of the link, or a
+// repair, can send it again; an original (not marked FlagDuplicate) is also kept for
+// that. A copy too: when the primaries die together, a packet sent while the first was
+// in doubt can have its copy on the other dying one, and only that one's rescue still
+// speaks for it (the lab's standby scenario lost such packets to a 664-ms stall and a
+// TCP retransmission timeout). It returns the link sequence number the packet carried,
+// and false if there is no link id. Caller holds txMu.
 func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copied bool, now int64, buf []byte) (linkSeq uint32, ok bool) {
 	l := s.link(id)
 	if l == nil {
@@ -388,8 +393,8 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copie
 	}
 	h.Put(buf)
 	auth.Seal(k.send, buf)
-	if !copied {
-		l.sent.record(h.LinkSeq, seq, false) // even if the send fails: then it surely never arrives
+	l.sent.record(h.LinkSeq, seq, copied) // even if the send fails: then it surely never arrives
+	if flags&wire.FlagDuplicate == 0 {
 		s.kept.keep(seq, buf)
 	}
 	t0 := clock.Nanos()
@@ -400,6 +405,7 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copie
 	if d := clock.Nanos() - t0; d > int64(sendStall) {
 		l.blockedNs.Add(uint64(d))
 	}
+	s.kept.sentOn(seq, id)
 	l.m.txPackets.Inc()
 	l.m.txBytes.Add(float64(len(buf) + 28))
 	l.txData.Add(uint64(len(buf) + 28))
