@@ -17,8 +17,9 @@ package tunnel
 // up. (They are logged at all for a rescue: rescue.go.)
 //
 // With the kernel fast path the kernel takes link sequence numbers from the same
-// series and logs its own packets the same way, in a per-link map (tx_sent_log in
-// bpf/tc_tx.c); a notice then names the packets of both logs, merged in link order.
+// series and logs its own packets that had no copy in a per-link map (tx_sent_log in
+// bpf/tc_tx.c; it keeps no packets, so it need not log copies); a notice then names
+// the packets of both logs, merged in link order.
 
 import (
 	"cmp"

@@ -33,8 +33,8 @@ import (
 	"github.com/aggd/aggd/internal/wire"
 )
 
-// rescueSlots is how many of the latest data packets sent without a copy the session
-// keeps for a rescue: more than a home bond has in flight on one link (a 50-Mbit/s
+// rescueSlots is how many of the latest data packets the session keeps for a rescue
+// (one slot per global sequence number, copied or not): more than a home bond has in flight on one link (a 50-Mbit/s
 // link with 60 ms of RTT carries 250 full-size packets), and at most about 400 kB per
 // session. Older ones are not rescued: TCP recovers them as it would without.
 const rescueSlots = 256

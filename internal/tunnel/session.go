@@ -105,7 +105,7 @@ type Session struct {
 	// without the fast path: one after an interval without any is not dropped
 	// (Codel.Idle). Guarded by txMu.
 	aqmOffered int64
-	kept       keptPackets // the latest packets sent without a copy, for a rescue (rescue.go)
+	kept       keptPackets // the latest data packets sent, for a rescue (rescue.go)
 	// repairWait is how long (ns) the receiver waits for a repair it asked for
 	// (repair.go; 0: it asks for none), set each tick.
 	repairWait atomic.Int64
@@ -373,14 +373,17 @@ func afterIdle(last *int64, now int64) bool {
 }
 
 // sendDataOn writes the header for one link into buf and sends it; copied says the
-// packet also goes on another link (then no loss notice may name it). Every data
-// packet is logged on its link, copies as copies, so that a rescue of the link, or a
-// repair, can send it again; an original (not marked FlagDuplicate) is also kept for
-// that. A copy too: when the primaries die together, a packet sent while the first was
-// in doubt can have its copy on the other dying one, and only that one's rescue still
+// packet also goes on another link (then no loss notice may name it). It returns the
+// link sequence number the packet carried, and false if there is no link id. Caller
+// holds txMu.
+//
+// Every data packet is logged on its link, copied ones marked, so that the link's
+// rescue or a repair can send it again; the original send (not FlagDuplicate) keeps
+// the packet for that, and every send notes its link in what was kept. Copied ones
+// too, because when the primaries die together a packet sent while the first was in
+// doubt can have its copy on the other dying one, and only that one's rescue still
 // speaks for it (the lab's standby scenario lost such packets to a 664-ms stall and a
-// TCP retransmission timeout). It returns the link sequence number the packet carried,
-// and false if there is no link id. Caller holds txMu.
+// TCP retransmission timeout).
 func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copied bool, now int64, buf []byte) (linkSeq uint32, ok bool) {
 	l := s.link(id)
 	if l == nil {
