@@ -312,6 +312,117 @@ func TestSuspectDuplicateMayUseBackup(t *testing.T) {
 	}
 }
 
+// standbyBond: two primaries (fast, slow), an LTE-like backup, and an overflow link.
+func standbyBond(suspect ...uint8) []LinkParams {
+	links := []LinkParams{
+		primary(1, 10*mbit, 6*ms),
+		primary(2, 1*mbit, 12*ms),
+		{ID: 3, Usable: true, Class: ClassBackup, RateBps: 2 * mbit, BaseOWD: 22 * ms},
+		{ID: 4, Usable: true, Class: ClassOverflow, RateBps: 1 * mbit, BaseOWD: 30 * ms},
+	}
+	for i := range links {
+		links[i].Suspect = slices.Contains(suspect, links[i].ID)
+	}
+	return links
+}
+
+func TestStandbyCopyOnlyWhileAPrimaryIsInDoubt(t *testing.T) {
+	s := New(Config{})
+	s.SetLinks(standbyBond())
+	if id, ok := s.StandbyCopy(0, 1000, 30*ms, 1); ok {
+		t.Fatalf("StandbyCopy with no link in doubt = %d; want none", id)
+	}
+	if b, _ := s.Backlog(0, 3); b != 0 {
+		t.Errorf("backup charged %d ns without a copy", b)
+	}
+	// The slow primary in doubt: every packet, even one on the healthy-looking fast
+	// primary (it may be dying too), gets a copy on the standby link with the earliest
+	// arrival, the backup.
+	s.SetLinks(standbyBond(2))
+	id, ok := s.StandbyCopy(0, 1000, 30*ms, 1)
+	if !ok || id != 3 {
+		t.Fatalf("StandbyCopy(primary 2 in doubt, packet on 1) = %d, %v; want the backup 3", id, ok)
+	}
+	if b, _ := s.Backlog(0, 3); b != interval(2*mbit, 1000) {
+		t.Errorf("backup backlog = %d, want one packet's transmission time", b)
+	}
+}
+
+func TestStandbyCopyAvoidsWhereThePacketGoesAndDoubt(t *testing.T) {
+	s := New(Config{})
+	s.SetLinks(standbyBond(1))
+	// The packet's copy went to the backup already (pickDuplicate's choice): the next
+	// standby link, the overflow one.
+	if id, ok := s.StandbyCopy(0, 1000, 30*ms, 1, 3); !ok || id != 4 {
+		t.Fatalf("StandbyCopy(excluding 1 and 3) = %d, %v; want the overflow link 4", id, ok)
+	}
+	// A standby link in doubt itself gets no copy.
+	links := standbyBond(1)
+	links[2].Suspect, links[3].Suspect = true, true
+	s.SetLinks(links)
+	if id, ok := s.StandbyCopy(ms, 1000, 30*ms, 1); ok {
+		t.Fatalf("StandbyCopy with every standby link in doubt = %d; want none", id)
+	}
+	// A backup in doubt is no primary in doubt: no copies.
+	links = standbyBond()
+	links[2].Suspect = true
+	s.SetLinks(links)
+	if id, ok := s.StandbyCopy(ms, 1000, 30*ms, 1); ok {
+		t.Fatalf("StandbyCopy with only a standby link in doubt = %d; want none", id)
+	}
+}
+
+func TestStandbyCopyLeavesLinksCarryingOriginals(t *testing.T) {
+	// Overflow joins once both primaries are full: it carries originals then, and is
+	// no standby refuge.
+	s := New(Config{})
+	s.SetLinks(standbyBond(2))
+	s.Charge(1, 0, 100_000) // 80 ms of backlog on the fast primary
+	s.Charge(2, 0, 10_000)  // 80 ms on the slow one
+	if id, ok := s.StandbyCopy(0, 1000, 30*ms, 1, 3); ok {
+		t.Fatalf("StandbyCopy = %d with the overflow link allowed and the backup excluded; want none", id)
+	}
+	if id, ok := s.StandbyCopy(0, 1000, 30*ms, 1); !ok || id != 3 {
+		t.Fatalf("StandbyCopy = %d, %v; want the backup 3", id, ok)
+	}
+}
+
+func TestStandbyCopyStopsAtTheBacklogBound(t *testing.T) {
+	// A bond faster than its backup: the copies fill the backup's virtual queue up to
+	// the bound, then stop until it drains.
+	s := New(Config{})
+	s.SetLinks(standbyBond(1)[:3]) // no overflow link
+	// 5 ms on the 2-Mbit/s backup.
+	const size = 1250
+	copies := 0
+	for range 20 {
+		if id, ok := s.StandbyCopy(0, size, 30*ms, 1); ok {
+			if id != 3 {
+				t.Fatalf("copy on link %d, want the backup 3", id)
+			}
+			copies++
+		}
+	}
+	if copies != 7 { // backlogs 0, 5, ..., 30 ms admit one more each
+		t.Errorf("%d copies at once on a 30-ms bound of 5-ms packets, want 7", copies)
+	}
+	if _, ok := s.StandbyCopy(10*ms, size, 30*ms, 1); !ok {
+		t.Error("no copy after the backup drained 10 ms")
+	}
+}
+
+func TestStandbyCopyDoesNotAllocate(t *testing.T) {
+	s := New(Config{})
+	s.SetLinks(standbyBond(1))
+	now := int64(0)
+	if n := testing.AllocsPerRun(1000, func() {
+		now += ms
+		s.StandbyCopy(now, 1000, 30*ms, 1, 2)
+	}); n != 0 {
+		t.Errorf("StandbyCopy allocates %.1f times per call", n)
+	}
+}
+
 func TestSetLinksKeepsBacklog(t *testing.T) {
 	s := New(Config{})
 	s.SetLinks([]LinkParams{primary(1, 10*mbit, 0), primary(2, 10*mbit, 0)})
