@@ -311,11 +311,12 @@ func (s *Scheduler) pickDuplicate(now int64, size int, allowed classSet, exclude
 //
 // The link is the usable standby link (overflow or backup, not carrying originals now:
 // its class is not allowed) with the earliest arrival that is not in doubt itself, not
-// one of exclude (where the packet goes already) and whose virtual backlog is at most
+// the one Pick chose for the packet's duplicate (dup, if hasDup; the original's link
+// carries originals, so it is never a candidate) and whose virtual backlog is at most
 // maxBacklog: copies of a faster bond must not fill a slow backup's queue, where they
 // would delay what it carries once it is alone. The link is charged. ok is false when
 // no primary is in doubt or no link qualifies.
-func (s *Scheduler) StandbyCopy(now int64, size int, maxBacklog int64, exclude ...uint8) (id uint8, ok bool) {
+func (s *Scheduler) StandbyCopy(now int64, size int, maxBacklog int64, dup uint8, hasDup bool) (id uint8, ok bool) {
 	doubt := false
 	for i := range s.links {
 		l := &s.links[i]
@@ -332,7 +333,7 @@ func (s *Scheduler) StandbyCopy(now int64, size int, maxBacklog int64, exclude .
 	for i := range s.links {
 		l := &s.links[i]
 		if !l.usable() || l.Suspect || allowed.has(l.Class) || l.backlogEnd-now > maxBacklog ||
-			slices.Contains(exclude, l.ID) {
+			(hasDup && l.ID == dup) {
 			continue
 		}
 		if a := l.arrival(now, size); best < 0 || a < bestArrival {

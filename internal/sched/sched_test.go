@@ -329,7 +329,7 @@ func standbyBond(suspect ...uint8) []LinkParams {
 func TestStandbyCopyOnlyWhileAPrimaryIsInDoubt(t *testing.T) {
 	s := New(Config{})
 	s.SetLinks(standbyBond())
-	if id, ok := s.StandbyCopy(0, 1000, 30*ms, 1); ok {
+	if id, ok := s.StandbyCopy(0, 1000, 30*ms, 0, false); ok {
 		t.Fatalf("StandbyCopy with no link in doubt = %d; want none", id)
 	}
 	if b, _ := s.Backlog(0, 3); b != 0 {
@@ -339,7 +339,7 @@ func TestStandbyCopyOnlyWhileAPrimaryIsInDoubt(t *testing.T) {
 	// primary (it may be dying too), gets a copy on the standby link with the earliest
 	// arrival, the backup.
 	s.SetLinks(standbyBond(2))
-	id, ok := s.StandbyCopy(0, 1000, 30*ms, 1)
+	id, ok := s.StandbyCopy(0, 1000, 30*ms, 0, false)
 	if !ok || id != 3 {
 		t.Fatalf("StandbyCopy(primary 2 in doubt, packet on 1) = %d, %v; want the backup 3", id, ok)
 	}
@@ -353,21 +353,21 @@ func TestStandbyCopyAvoidsWhereThePacketGoesAndDoubt(t *testing.T) {
 	s.SetLinks(standbyBond(1))
 	// The packet's copy went to the backup already (pickDuplicate's choice): the next
 	// standby link, the overflow one.
-	if id, ok := s.StandbyCopy(0, 1000, 30*ms, 1, 3); !ok || id != 4 {
-		t.Fatalf("StandbyCopy(excluding 1 and 3) = %d, %v; want the overflow link 4", id, ok)
+	if id, ok := s.StandbyCopy(0, 1000, 30*ms, 3, true); !ok || id != 4 {
+		t.Fatalf("StandbyCopy(duplicate on 3) = %d, %v; want the overflow link 4", id, ok)
 	}
 	// A standby link in doubt itself gets no copy.
 	links := standbyBond(1)
 	links[2].Suspect, links[3].Suspect = true, true
 	s.SetLinks(links)
-	if id, ok := s.StandbyCopy(ms, 1000, 30*ms, 1); ok {
+	if id, ok := s.StandbyCopy(ms, 1000, 30*ms, 0, false); ok {
 		t.Fatalf("StandbyCopy with every standby link in doubt = %d; want none", id)
 	}
 	// A backup in doubt is no primary in doubt: no copies.
 	links = standbyBond()
 	links[2].Suspect = true
 	s.SetLinks(links)
-	if id, ok := s.StandbyCopy(ms, 1000, 30*ms, 1); ok {
+	if id, ok := s.StandbyCopy(ms, 1000, 30*ms, 0, false); ok {
 		t.Fatalf("StandbyCopy with only a standby link in doubt = %d; want none", id)
 	}
 }
@@ -379,10 +379,10 @@ func TestStandbyCopyLeavesLinksCarryingOriginals(t *testing.T) {
 	s.SetLinks(standbyBond(2))
 	s.Charge(1, 0, 100_000) // 80 ms of backlog on the fast primary
 	s.Charge(2, 0, 10_000)  // 80 ms on the slow one
-	if id, ok := s.StandbyCopy(0, 1000, 30*ms, 1, 3); ok {
-		t.Fatalf("StandbyCopy = %d with the overflow link allowed and the backup excluded; want none", id)
+	if id, ok := s.StandbyCopy(0, 1000, 30*ms, 3, true); ok {
+		t.Fatalf("StandbyCopy = %d with the overflow link allowed and the duplicate on the backup; want none", id)
 	}
-	if id, ok := s.StandbyCopy(0, 1000, 30*ms, 1); !ok || id != 3 {
+	if id, ok := s.StandbyCopy(0, 1000, 30*ms, 0, false); !ok || id != 3 {
 		t.Fatalf("StandbyCopy = %d, %v; want the backup 3", id, ok)
 	}
 }
@@ -396,7 +396,7 @@ func TestStandbyCopyStopsAtTheBacklogBound(t *testing.T) {
 	const size = 1250
 	copies := 0
 	for range 20 {
-		if id, ok := s.StandbyCopy(0, size, 30*ms, 1); ok {
+		if id, ok := s.StandbyCopy(0, size, 30*ms, 0, false); ok {
 			if id != 3 {
 				t.Fatalf("copy on link %d, want the backup 3", id)
 			}
@@ -406,7 +406,7 @@ func TestStandbyCopyStopsAtTheBacklogBound(t *testing.T) {
 	if copies != 7 { // backlogs 0, 5, ..., 30 ms admit one more each
 		t.Errorf("%d copies at once on a 30-ms bound of 5-ms packets, want 7", copies)
 	}
-	if _, ok := s.StandbyCopy(10*ms, size, 30*ms, 1); !ok {
+	if _, ok := s.StandbyCopy(10*ms, size, 30*ms, 0, false); !ok {
 		t.Error("no copy after the backup drained 10 ms")
 	}
 }
@@ -417,7 +417,7 @@ func TestStandbyCopyDoesNotAllocate(t *testing.T) {
 	now := int64(0)
 	if n := testing.AllocsPerRun(1000, func() {
 		now += ms
-		s.StandbyCopy(now, 1000, 30*ms, 1, 2)
+		s.StandbyCopy(now, 1000, 30*ms, 2, true)
 	}); n != 0 {
 		t.Errorf("StandbyCopy allocates %.1f times per call", n)
 	}

@@ -34,9 +34,9 @@ import (
 )
 
 // rescueSlots is how many of the latest data packets the session keeps for a rescue
-// (one slot per global sequence number, copied or not): more than a home bond has in flight on one link (a 50-Mbit/s
-// link with 60 ms of RTT carries 250 full-size packets), and at most about 400 kB per
-// session. Older ones are not rescued: TCP recovers them as it would without.
+// (one slot per global sequence number, copied or not): more than a home bond has in
+// flight on one link (a 50-Mbit/s link with 60 ms of RTT carries 250 full-size
+// packets), and at most about 400 kB per session. Older ones are not rescued: TCP recovers them as it would without.
 const rescueSlots = 256
 
 // rescueRefuges is how many other links each packet in flight is copied to (rescue).

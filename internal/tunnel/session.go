@@ -279,7 +279,7 @@ func (s *Session) SendData(buf []byte) bool {
 		return false
 	}
 	seq := s.takeSeq()
-	standby, toStandby := s.sched.StandbyCopy(now, len(buf)+20+8, int64(standbyCopyBacklog), primary, dupOr(dup, hasDup, primary))
+	standby, toStandby := s.sched.StandbyCopy(now, len(buf)+20+8, int64(standbyCopyBacklog), dup, hasDup)
 	s.sendDataOn(primary, k, seq, 0, hasDup || toStandby, now, buf)
 	if hasDup {
 		s.sendDataOn(dup, k, seq, wire.FlagDuplicate, true, now, buf)
@@ -294,14 +294,6 @@ func (s *Session) SendData(buf []byte) bool {
 // build on a standby link (sched.StandbyCopy): the most the bond's AQM lets a lone
 // link queue by default (aqm.max_target), which the link will be if the primaries die.
 const standbyCopyBacklog = 30 * time.Millisecond
-
-// dupOr returns dup if there is one, else or.
-func dupOr(dup uint8, hasDup bool, or uint8) uint8 {
-	if hasDup {
-		return dup
-	}
-	return or
-}
 
 // entryAQMDrops applies the bond's AQM to the inner packet about to be sent at now and
 // reports whether to drop it. Where the AQM signals congestion, an ECN-capable packet is
