@@ -923,8 +923,9 @@ def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, re
             args += ["-B", bind]
         if reverse:
             args += ["-R"]
-        else:
-            args += ["--get-server-output"]
+        # The server's JSON: upstream it is the receiver's intervals, downstream (-R) the
+        # sender's window and retransmissions.
+        args += ["--get-server-output"]
         if interval:
             args += ["-i", str(interval)]
         if udp_rate:
@@ -979,6 +980,22 @@ def receiver_intervals(j, reverse):
     for iv in src.get("intervals", []):
         s = iv.get("sum", {})
         out.append((round(s.get("end", 0), 2), s.get("bits_per_second", 0) / 1e6))
+    return out
+
+
+def sender_intervals(j, reverse):
+    """[(t_end, window bytes, retransmissions, smoothed RTT ms)] per interval as the
+    sender's TCP stack had them (the server with -R, else the client), summed over the
+    streams (RTT: their mean). Empty where iperf3 did not report them."""
+    src = (j.get("server_output_json") or {}) if reverse else j
+    out = []
+    for iv in src.get("intervals", []):
+        ss = [x for x in iv.get("streams", []) if "snd_cwnd" in x]
+        if not ss:
+            continue
+        srtt_ms = sum(x.get("rtt", 0) for x in ss) / len(ss) / 1e3
+        out.append((round(ss[0].get("end", 0), 2), sum(x["snd_cwnd"] for x in ss),
+                    sum(x.get("retransmits", 0) for x in ss), round(srtt_ms, 1)))
     return out
 
 
@@ -1553,6 +1570,7 @@ bpf:
         # iperf3's intervals count from its own start; shift them onto the sampler's clock.
         off = j.get("_t_start", smp.t0) - smp.t0
         fine = [(round(t + off, 2), v) for t, v in receiver_intervals(j, d == "down")]
+        snd = [(round(t + off, 2), w, rx, rtt_ms) for t, w, rx, rtt_ms in sender_intervals(j, d == "down")]
         # The CPU verdict is about the flow: a sample mostly before iperf3's flow began
         # (its connection takes a second under emulation) is idle time that once pulled
         # a saturated vCPU's mean from 85 % to 83 % and the verdict with it.
@@ -1572,6 +1590,8 @@ bpf:
                            "cpu_total_pct": s["cpu_total_pct"], "vcpu_pct": s["cpu_pct"],
                            "aggd_cpu_pct": s.get("proc_cpu_pct", {})} for s in samples],
                "goodput_fine": [{"t": t, "mbit": round(v, 3)} for t, v in fine],
+               "sender_tcp": [{"t": t, "window_bytes": w, "retransmits": rx, "srtt_ms": rtt_ms}
+                              for t, w, rx, rtt_ms in snd],
                "control_traffic": ctrl}
         if scrapes:
             out["cpe_link_up"] = scrapes
@@ -2137,6 +2157,36 @@ def event_time(e, d=None):
 FAILOVER_SETTLED_AFTER_S = 2.0
 
 
+# What the sender's TCP brought into an outage and did in its first second, from
+# iperf3's 0.2-s intervals: whether the recovery figure is the failover's or the flow's.
+# In the standby scenario upstream the flow must grow its window to use LTE alone, and
+# the runs that missed the second came with the window an AQM drop had just cut
+# (BENCHMARKS.md, "Copies to the backup while a primary is in doubt").
+SENDER_BEFORE_OUTAGE_S = 0.6
+
+
+def sender_around(t, t_out):
+    """The sender's window at the outage and 1 s after it (that of the last interval
+    ended by then), and its retransmissions in the intervals that ended in the
+    SENDER_BEFORE_OUTAGE_S before the outage and in the second after it. Empty when
+    iperf3 gave no sender figures."""
+    snd = [(x["t"], x["window_bytes"], x["retransmits"]) for x in t.get("sender_tcp", [])]
+    if not snd:
+        return {}
+
+    def window_at(at):
+        w = [w for x, w, _ in snd if x <= at]
+        return w[-1] if w else None
+
+    def retransmits(lo, hi):
+        return sum(rx for x, _, rx in snd if lo < x <= hi)
+
+    return {"sender_window_at_outage_bytes": window_at(t_out),
+            "sender_window_1s_after_bytes": window_at(t_out + 1.0),
+            "sender_retransmits_before_outage": retransmits(t_out - SENDER_BEFORE_OUTAGE_S, t_out),
+            "sender_retransmits_1s_after": retransmits(t_out, t_out + 1.0)}
+
+
 def failover_figures(t, base, sums):
     """Per outage of a link carrying traffic: recovery (goodput back to 90 % of the other
     links' baselines), detection (CPE's aggd_link_up -> 0) and return (the link's share of
@@ -2172,6 +2222,7 @@ def failover_figures(t, base, sums):
              "goodput_during_mbit": round(during, 3) if during is not None else None,
              "settled_goodput_during_mbit": round(settled, 3) if settled is not None else None,
              "recovery_s": rec, "want_mbit": round(want, 3)}
+        f.update(sender_around(t, t_out))
         scr = t.get("cpe_link_up") or []
         det = first_scrape(scr, t_out, lambda x: all(x["up"].get(n) == 0 for n in group))
         f["detect_s"] = round(det["t"] - t_out, 2) if det else None
@@ -2367,7 +2418,11 @@ def print_summary(r):
         log(f"    failover ({f.get('transfer', f['direction'])}): {f['link']} down at {f['outage_at']}s, back at "
             f"{f['restored_at']}s: stall {f['stall_s']} s, goodput during outage avg {f['avg_goodput_during_mbit']} "
             f"Mbit/s, {f.get('settled_goodput_during_mbit')} from {FAILOVER_SETTLED_AFTER_S:g} s after it "
-            f"(other links' baselines {f.get('remaining_baselines_mbit')})")
+            f"(other links' baselines {f.get('remaining_baselines_mbit')})"
+            + (f"; the sender's window {f['sender_window_at_outage_bytes']} bytes at the outage, "
+               f"{f.get('sender_window_1s_after_bytes')} 1 s after, {f.get('sender_retransmits_before_outage')} "
+               f"retransmissions in the {SENDER_BEFORE_OUTAGE_S:g} s before, {f.get('sender_retransmits_1s_after')} "
+               f"in the second after" if f.get("sender_window_at_outage_bytes") is not None else ""))
     for o in r.get("idle_outages", []):
         log(f"    idle outage of {o['link']}: CPE reported it down after {o['detect_s']} s, up again "
             f"{o['return_s']} s after it returned")
