@@ -1541,8 +1541,8 @@ bpf:
             threading.Thread(target=self.show_status, args=(secs / 2,), daemon=True).start()
         j = run_iperf(self.procs, self.work, client_ns, server_ns, target, self.next_port(), secs,
                       reverse=(d == "down"), streams=tr["streams"], interval=0.2, congestion=cc)
-        # iperf3's own JSON, for what the figures do not say: upstream, where the client
-        # sends, it has the sender's retransmissions and window per 0.2-s interval.
+        # iperf3's own JSON, for what the figures do not say: the sender's retransmissions
+        # and window per 0.2-s interval (the client's upstream, the server's downstream).
         with open(os.path.join(self.outdir, f"iperf-{label}-{key}.json"), "w") as f:
             json.dump(j, f)
         ctrl = control_traffic(sender, ctrl_before, control_snapshot(sender))
@@ -1570,7 +1570,6 @@ bpf:
         # iperf3's intervals count from its own start; shift them onto the sampler's clock.
         off = j.get("_t_start", smp.t0) - smp.t0
         fine = [(round(t + off, 2), v) for t, v in receiver_intervals(j, d == "down")]
-        snd = [(round(t + off, 2), w, rx, rtt_ms) for t, w, rx, rtt_ms in sender_intervals(j, d == "down")]
         # The CPU verdict is about the flow: a sample mostly before iperf3's flow began
         # (its connection takes a second under emulation) is idle time that once pulled
         # a saturated vCPU's mean from 85 % to 83 % and the verdict with it.
@@ -1590,8 +1589,8 @@ bpf:
                            "cpu_total_pct": s["cpu_total_pct"], "vcpu_pct": s["cpu_pct"],
                            "aggd_cpu_pct": s.get("proc_cpu_pct", {})} for s in samples],
                "goodput_fine": [{"t": t, "mbit": round(v, 3)} for t, v in fine],
-               "sender_tcp": [{"t": t, "window_bytes": w, "retransmits": rx, "srtt_ms": rtt_ms}
-                              for t, w, rx, rtt_ms in snd],
+               "sender_tcp": [{"t": round(t + off, 2), "window_bytes": w, "retransmits": rx, "srtt_ms": rtt_ms}
+                              for t, w, rx, rtt_ms in sender_intervals(j, d == "down")],
                "control_traffic": ctrl}
         if scrapes:
             out["cpe_link_up"] = scrapes
@@ -2160,8 +2159,8 @@ FAILOVER_SETTLED_AFTER_S = 2.0
 # What the sender's TCP brought into an outage and did in its first second, from
 # iperf3's 0.2-s intervals: whether the recovery figure is the failover's or the flow's.
 # In the standby scenario upstream the flow must grow its window to use LTE alone, and
-# the runs that missed the second came with the window an AQM drop had just cut
-# (BENCHMARKS.md, "Copies to the backup while a primary is in doubt").
+# the runs that missed the second came with a window an AQM drop had just cut, or lost
+# another packet in it (BENCHMARKS.md, "The sender's window around an outage").
 SENDER_BEFORE_OUTAGE_S = 0.6
 
 
@@ -2170,16 +2169,16 @@ def sender_around(t, t_out):
     ended by then), and its retransmissions in the intervals that ended in the
     SENDER_BEFORE_OUTAGE_S before the outage and in the second after it. Empty when
     iperf3 gave no sender figures."""
-    snd = [(x["t"], x["window_bytes"], x["retransmits"]) for x in t.get("sender_tcp", [])]
+    snd = t.get("sender_tcp", [])
     if not snd:
         return {}
 
     def window_at(at):
-        w = [w for x, w, _ in snd if x <= at]
+        w = [x["window_bytes"] for x in snd if x["t"] <= at]
         return w[-1] if w else None
 
     def retransmits(lo, hi):
-        return sum(rx for x, _, rx in snd if lo < x <= hi)
+        return sum(x["retransmits"] for x in snd if lo < x["t"] <= hi)
 
     return {"sender_window_at_outage_bytes": window_at(t_out),
             "sender_window_1s_after_bytes": window_at(t_out + 1.0),
