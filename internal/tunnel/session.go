@@ -106,6 +106,9 @@ type Session struct {
 	// (Codel.Idle). Guarded by txMu.
 	aqmOffered int64
 	kept       keptPackets // the latest data packets sent, for a rescue (rescue.go)
+	// backupReturn keeps backup links as overflow links for a while after the
+	// primaries are back (backupreturn.go). Guarded by txMu.
+	backupReturn backupReturn
 	// repairWait is how long (ns) the receiver waits for a repair it asked for
 	// (repair.go; 0: it asks for none), set each tick.
 	repairWait atomic.Int64
@@ -485,6 +488,7 @@ func (s *Session) refreshSchedule() {
 	}
 	var gap time.Duration
 	s.txMu.Lock()
+	began, ended := s.backupReturn.apply(params, clock.Nanos())
 	s.sched.SetLinks(params)
 	if s.aqm != nil {
 		target := int64(aqmTarget(s.cfg.AQMTarget, s.cfg.AQMMaxTarget, params))
@@ -496,6 +500,13 @@ func (s *Session) refreshSchedule() {
 		}
 	}
 	s.txMu.Unlock()
+	if began {
+		s.log.Info("a primary link is back: backup links take only what the primaries cannot carry yet",
+			"at_most_for", backupReturnWindow)
+	}
+	if ended {
+		s.log.Info("backup links stand by again: the primaries carry the traffic")
+	}
 	if s.fp != nil {
 		s.programFastPath(links, params, gap)
 	}
@@ -900,7 +911,10 @@ func (s *Session) tick(now time.Time) {
 	s.sendFeedback(now, links, doubt)
 	s.adaptHold(now, links)
 	s.publishReseqStats()
-	if s.schedDue.Swap(false) {
+	s.txMu.Lock()
+	returning := s.backupReturn.pending() // its window must begin and end on time
+	s.txMu.Unlock()
+	if due := s.schedDue.Swap(false); due || returning {
 		s.refreshSchedule()
 	}
 }

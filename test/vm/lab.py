@@ -2177,13 +2177,25 @@ def sender_around(t, t_out):
         w = [x["window_bytes"] for x in snd if x["t"] <= at]
         return w[-1] if w else None
 
-    def retransmits(lo, hi):
-        return sum(x["retransmits"] for x in snd if lo < x["t"] <= hi)
-
     return {"sender_window_at_outage_bytes": window_at(t_out),
             "sender_window_1s_after_bytes": window_at(t_out + 1.0),
-            "sender_retransmits_before_outage": retransmits(t_out - SENDER_BEFORE_OUTAGE_S, t_out),
-            "sender_retransmits_1s_after": retransmits(t_out, t_out + 1.0)}
+            "sender_retransmits_before_outage": sender_retransmits(t, t_out - SENDER_BEFORE_OUTAGE_S, t_out),
+            "sender_retransmits_1s_after": sender_retransmits(t, t_out, t_out + 1.0)}
+
+
+# How long after a link returns its sender's retransmissions are counted: the traffic
+# moving back to the primaries (a backup keeps taking what they cannot for up to 2 s,
+# tunnel/backupreturn.go) and the flow fitting them after that.
+SENDER_AFTER_RETURN_S = 3.0
+
+
+def sender_retransmits(t, lo, hi):
+    """The sender's retransmissions in iperf3's intervals that ended in (lo, hi], or None
+    when iperf3 gave no sender figures."""
+    snd = t.get("sender_tcp", [])
+    if not snd:
+        return None
+    return sum(x["retransmits"] for x in snd if lo < x["t"] <= hi)
 
 
 def failover_figures(t, base, sums):
@@ -2233,6 +2245,8 @@ def failover_figures(t, base, sums):
                     ret = round(x - t_up, 2)
                     break
         f["return_s"] = ret
+        f["sender_retransmits_after_return"] = (sender_retransmits(t, t_up, t_up + SENDER_AFTER_RETURN_S)
+                                                if up else None)
         back = first_scrape(scr, t_up, lambda x: all(x["up"].get(n) == 1 for n in group)) if up else None
         f["link_up_again_s"] = round(back["t"] - t_up, 2) if back else None
         out.append(f)
@@ -2421,7 +2435,9 @@ def print_summary(r):
             + (f"; the sender's window {f['sender_window_at_outage_bytes']} bytes at the outage, "
                f"{f.get('sender_window_1s_after_bytes')} 1 s after, {f.get('sender_retransmits_before_outage')} "
                f"retransmissions in the {SENDER_BEFORE_OUTAGE_S:g} s before, {f.get('sender_retransmits_1s_after')} "
-               f"in the second after" if f.get("sender_window_at_outage_bytes") is not None else ""))
+               f"in the second after" if f.get("sender_window_at_outage_bytes") is not None else "")
+            + (f"; {f['sender_retransmits_after_return']} retransmissions in the {SENDER_AFTER_RETURN_S:g} s "
+               f"after the return" if f.get("sender_retransmits_after_return") is not None else ""))
     for o in r.get("idle_outages", []):
         log(f"    idle outage of {o['link']}: CPE reported it down after {o['detect_s']} s, up again "
             f"{o['return_s']} s after it returned")
