@@ -210,7 +210,8 @@ func (w *capWatch) pollLocked(now time.Time) (changed bool) {
 		}
 		changed = true
 		if reached {
-			w.log.Warn("uplink used up its data cap: it carries traffic only as a backup (while no primary link is up) "+
+			w.log.Warn("uplink used up its data cap: it carries traffic only as a backup (while no primary link is up, "+
+				"and for up to 2 s after one is back what the primaries cannot carry yet) "+
 				"until the period ends", "link", mt.Name, "used_bytes", mt.Used(), "limit_bytes", mt.Limit,
 				"until", mt.PeriodEnd().Format(time.RFC3339))
 		} else {
