@@ -308,15 +308,7 @@ func sameIDs(a, b []uint32) bool {
 func TestCopiesSentWhileInDoubtAreRescued(t *testing.T) {
 	r := newRescueRig(t)
 	s, links := r.s, r.links
-	links[0].mu.Lock()
-	links[0].setState(stateSuspect)
-	links[0].mu.Unlock()
-	s.schedDue.Store(true)
-	for range 40 {
-		if !s.SendData(make([]byte, wire.HeaderLen+1000)) {
-			t.Fatal("SendData found no usable link")
-		}
-	}
+	r.sendWithFirstInDoubt(t, 40)
 	onDying, originals := r.seqsOn(1)
 	if originals == len(onDying) {
 		t.Fatalf("setup: no packet of the first link, in doubt, had its copy on the second link (it carried %v)", onDying)
@@ -339,6 +331,20 @@ func TestCopiesSentWhileInDoubtAreRescued(t *testing.T) {
 	links[1].mu.Unlock()
 	if named := s.reassign(links[1]); named != originals {
 		t.Errorf("the second link's loss notice named %d numbers, want its %d originals (not the copies of the first link's)", named, originals)
+	}
+}
+
+// sendWithFirstInDoubt puts the rig's first link in doubt and sends n packets.
+func (r *rescueRig) sendWithFirstInDoubt(t *testing.T, n int) {
+	t.Helper()
+	r.links[0].mu.Lock()
+	r.links[0].setState(stateSuspect)
+	r.links[0].mu.Unlock()
+	r.s.schedDue.Store(true)
+	for range n {
+		if !r.s.SendData(make([]byte, wire.HeaderLen+1000)) {
+			t.Fatal("SendData found no usable link")
+		}
 	}
 }
 
@@ -438,15 +444,7 @@ func TestRescueLeavesPacketsWhoseCopyIsOnAHealthyLink(t *testing.T) {
 	s.txMu.Lock()
 	s.txSeq = 4 // the rig sent 1-3 on link 0 itself
 	s.txMu.Unlock()
-	links[0].mu.Lock()
-	links[0].setState(stateSuspect)
-	links[0].mu.Unlock()
-	s.schedDue.Store(true)
-	for range 40 {
-		if !s.SendData(make([]byte, wire.HeaderLen+1000)) {
-			t.Fatal("SendData found no usable link")
-		}
-	}
+	r.sendWithFirstInDoubt(t, 40)
 	inDoubt, originals := r.seqsOn(0)
 	if originals == 0 || originals != len(inDoubt) {
 		t.Fatalf("setup: the link in doubt carried %v (%d originals), want originals only", inDoubt, originals)
