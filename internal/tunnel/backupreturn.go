@@ -16,6 +16,11 @@ package tunnel
 // window as soon as the primaries can take the load keeps a flow from growing into the
 // backup when the primaries are the faster ones (downstream in the lab, where cable
 // alone is faster than LTE): it would only lose what it grew by when the window ends.
+//
+// Why here and not in sched.allowedClasses: the window needs a clock and a memory of
+// the outage, and the scheduler's class rules are per-packet arithmetic mirrored by the
+// BPF fast path (aggd_sched.h). Rewriting the classes the control plane hands to both
+// keeps the two schedulers deciding alike with no new state in either.
 
 import (
 	"time"
@@ -24,9 +29,9 @@ import (
 )
 
 // backupReturnWindow is how long backups stay overflow links after a primary is back,
-// at the most: long enough for the other primaries to answer too (they come back within a probe
-// interval or two of each other when one cause took them down) and for the flows to
-// settle on them; short enough that a metered backup carries at most a couple of
+// at the most: long enough for the other primaries to answer too (they come back
+// within a probe interval or two of each other when one cause took them down) and for
+// the flows to settle on them; short enough that a metered backup carries at most a couple of
 // seconds of overflow for each outage.
 const backupReturnWindow = 2 * time.Second
 
