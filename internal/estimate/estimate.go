@@ -75,7 +75,8 @@ const (
 	// when we sent it at least this fraction of its assumed rate.
 	loadedFrac = 0.8
 	// policedFrac: a loaded link that delivers less than this fraction of what it was
-	// sent, without a queue, is dropping rather than queueing.
+	// sent (the rest lost, Sample.Lost), without a queue, is dropping rather than
+	// queueing.
 	policedFrac = 0.75
 	// probeCeiling bounds probing to this multiple of what the link was seen to deliver,
 	// so a link that is loaded only now and then does not drift upwards without limit.
@@ -106,8 +107,8 @@ const (
 	// the other links' queues (beyond its jitter and one packet's time) for its delivery
 	// to count as its capacity whatever it was given (queuesAlone).
 	aloneQueue = 10 * time.Millisecond
-	// vanishedBytes: what went missing in a sample counts as drops only beyond two
-	// full-size packets (Sample.vanished).
+	// vanishedBytes: what the peer found missing in a sample counts as drops only
+	// beyond two full-size packets (Sample.vanished).
 	vanishedBytes = 2 * 1500
 )
 
@@ -134,6 +135,10 @@ type Sample struct {
 	// Sent is how many bytes we sent on the link over the same period (as near as our
 	// clock can tell).
 	Sent uint64
+	// Lost is how many packets the peer found missing from the link's sequence in the
+	// period: gaps below the highest link sequence number that arrived. What was sent
+	// after that one is in flight, not lost.
+	Lost uint32
 	// Queue is the link's queueing delay: the period's smallest one-way delay minus
 	// the link's floor. Meaningful only if HaveQueue.
 	Queue     time.Duration
@@ -199,15 +204,29 @@ func (s Sample) Loaded(rate float64) bool {
 	return s.Interval > 0 && float64(s.Sent)*8/s.Interval.Seconds() >= loadedFrac*rate
 }
 
-// vanished tells whether much of what the link was sent in the sample did not arrive:
-// more than 1-policedFrac of it, and more than vanishedBytes. The byte floor is for a
-// trickle: a quarter of the 1.9 kB of ACKs (14 packets) the lab's cable downstream
-// carried in a period behind an upload is what the period's cut can leave in flight,
-// yet it read as drops, and with a 6-ms "queue" the sample replaced the link's trained
-// 2.99 Mbit/s with its 0.14 (the downstream transfer that followed got 0.64 of its
-// best link).
+// vanished tells whether much of what the link was sent in the sample was lost: the
+// peer found more than 1-policedFrac of the packets missing from the link's sequence,
+// and more than vanishedBytes of them (at the sample's mean packet size).
+//
+// It counts the peer's gaps, not what we sent less what arrived: our count of what we
+// sent runs up to the report's arrival, the peer's count of what arrived only up to its
+// cut, an RTT before, so a flow that is speeding up has much in flight that looks
+// missing: a quarter of an ACK trickle in flight, behind a 6-ms "queue", once read as
+// saturated and not app-limited and replaced a cable link's 2.99 Mbit/s with 0.12, and
+// a downstream transfer's first window in flight can do the same (probably what took a
+// lossy link from 1.48 Mbit/s to 0.08 in the lab; BENCHMARKS.md, "A collapsed
+// estimate"). The byte floor is for a trickle's real losses:
+// one burst of the lossy link (four packets on average) is more than a quarter of the
+// 14 ACKs a period carries behind an upload, yet says nothing of the link's capacity.
 func (s Sample) vanished() bool {
-	return float64(s.Delivered) < policedFrac*float64(s.Sent) && s.Sent-s.Delivered > vanishedBytes
+	if s.Lost == 0 {
+		return false
+	}
+	size := 1500.0
+	if s.Packets > 0 {
+		size = float64(s.Delivered) / float64(s.Packets)
+	}
+	return float64(s.Lost) > (1-policedFrac)*float64(s.Packets+s.Lost) && float64(s.Lost)*size > vanishedBytes
 }
 
 // Phase names what the controller did with the last sample (for metrics and logs).
@@ -328,6 +347,7 @@ func (e *Estimator) Update(s Sample) {
 	if s.Interval <= 0 {
 		return
 	}
+	e.kf.next()
 	secs := s.Interval.Seconds()
 	delivered := float64(s.Delivered) * 8 / secs
 	sent := float64(s.Sent) * 8 / secs
@@ -400,7 +420,7 @@ func (e *Estimator) Update(s Sample) {
 		if e.kf.valid() {
 			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue)))
 		}
-	case s.Loaded(e.rate) && delivered < policedFrac*sent:
+	case s.Loaded(e.rate) && s.vanished():
 		// Loaded, no queue, yet much of it vanished, two periods running: a policer (or
 		// a shallow buffer) that drops instead of queueing. What got through is the
 		// capacity. (One such period can be an artefact of where the period cut.)

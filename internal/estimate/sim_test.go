@@ -36,7 +36,11 @@ type simLink struct {
 	floor           time.Duration
 	haveFloor       bool
 	total           uint64 // delivered over the whole run, for shares
-	inFlight        []simPkt
+	// lost is what the receiver found missing this period; gap is how many packets the
+	// link dropped since the last one it queued (the receiver sees them missing when
+	// the next one arrives).
+	lost, gap uint32
+	inFlight  []simPkt
 	// unread holds packets that arrived while the receiver was stalled: it counts
 	// them (and measures their delay) only when it runs again.
 	unread []simPkt
@@ -44,6 +48,7 @@ type simLink struct {
 
 type simPkt struct {
 	sentAt, arriveAt time.Duration
+	lostBefore       uint32 // the link dropped this many just before it
 }
 
 type simReport struct {
@@ -213,9 +218,11 @@ func (s *sim) send() {
 		l.sent += simPacket
 		if time.Duration(float64(len(l.queue)*simPacket*8)/l.rate*1e9) > l.buffer {
 			s.dropped = true
+			l.gap++
 			continue
 		}
-		l.queue = append(l.queue, simPkt{sentAt: s.now})
+		l.queue = append(l.queue, simPkt{sentAt: s.now, lostBefore: l.gap})
+		l.gap = 0
 	}
 	// AIMD once per period: halve-ish on a drop, else grow.
 	if s.now-s.lastGrow >= simPeriod {
@@ -260,6 +267,7 @@ func (s *sim) serve(l *simLink, receiverRuns bool) {
 			l.owdMin = owd
 		}
 		l.delivered += simPacket
+		l.lost += p.lostBefore
 		l.total += simPacket
 	}
 	l.unread = l.unread[:0]
@@ -274,7 +282,7 @@ func (s *sim) endPeriod() {
 	sentRow := make([]uint64, len(s.links))
 	for i, l := range s.links {
 		smp := Sample{Interval: interval, Delivered: l.delivered, Packets: uint32(l.delivered / simPacket), Sent: l.sent,
-			Stalled: s.senderStalled}
+			Lost: l.lost, Stalled: s.senderStalled}
 		if l.delivered > 0 {
 			if !l.haveFloor || l.owdMin < l.floor {
 				l.floor, l.haveFloor = l.owdMin, true
@@ -283,7 +291,7 @@ func (s *sim) endPeriod() {
 		}
 		rep.samples = append(rep.samples, smp)
 		row[i], sentRow[i] = l.delivered, l.sent
-		l.delivered, l.sent = 0, 0
+		l.delivered, l.sent, l.lost = 0, 0, 0
 	}
 	SetBondQueues(rep.samples) // the simulated links have no jitter: MostQueue is the largest queue
 	s.senderStalled = 0

@@ -586,6 +586,7 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 	}
 	smp = estimate.Sample{
 		Interval: span, Delivered: r.RxBytes - l.smpReport.RxBytes, Packets: pkts, Sent: sent - l.smpSent,
+		Lost:    r.Lost - l.smpReport.Lost,
 		Stalled: time.Duration(blocked - l.smpBlocked),
 		Jitter:  time.Duration(l.jitterUs) * time.Microsecond,
 	}
