@@ -29,6 +29,9 @@ package tunnel
 // its packets, and the loss notice alone speaks for them.
 
 import (
+	"slices"
+	"time"
+
 	"github.com/aggd/aggd/internal/clock"
 	"github.com/aggd/aggd/internal/wire"
 )
@@ -124,6 +127,15 @@ func (k *keptPackets) entry(seq uint32) *keptPacket {
 // carries them, has a few hundred milliseconds of packets to pass then (a standby lab
 // run copied 52 packets to its 2-Mbit/s LTE link in 0.2 s, most of them twice; the
 // queue they made, 67 ms, drew an AQM drop).
+//
+// Nor does a packet that already went on a healthy refuge get any copy: a suspect
+// link's packets each have their duplicate on another link, and when the link is then
+// found down its rescue copied all it carried while suspect to the refuge each had not
+// been on. In the lab's failover scenario (three 1.5-Mbit/s links, one dies) that was
+// 22-30 packets at once onto the two live links: 3.85 Mbit/s on one of them for 0.1 s,
+// and 10-13 consecutive packets really lost (BENCHMARKS.md, "What the failover's
+// resends are"). A copy on a link that is itself in doubt, or dying unseen (not
+// healthy: owing, or a probe overdue), still gets its copies.
 func (s *Session) rescue(l *link) (copied int) {
 	k := s.keys.sending()
 	to := s.refuges(l)
@@ -134,13 +146,19 @@ func (s *Session) rescue(l *link) (copied int) {
 		to = to[:1]
 	}
 	to = to[:min(len(to), rescueRefuges)]
+	live := healthyIDs(to, time.Now())
 	now := clock.Nanos()
+	covered := 0
 	s.txMu.Lock()
 	inFlight := l.sent.after(l.rescuedThrough)
 	l.rescuedThrough = l.sentLinkSeq()
 	for _, e := range inFlight {
 		pkt := s.kept.get(e.Seq)
 		if pkt == nil {
+			continue
+		}
+		if slices.ContainsFunc(live, func(id uint8) bool { return s.kept.wentOn(e.Seq, id) }) {
+			covered++ // its copy is on a healthy link already
 			continue
 		}
 		sent := false
@@ -161,7 +179,19 @@ func (s *Session) rescue(l *link) (copied int) {
 	s.txMu.Unlock()
 	if copied > 0 {
 		s.m.Rescued.WithLabelValues(s.cfg.Peer).Add(float64(copied))
-		l.log.Debug("copied packets in flight", "to", to[0].spec.Name, "links", len(to), "copied", copied, "logged", len(inFlight))
+		l.log.Debug("copied packets in flight", "to", to[0].spec.Name, "links", len(to), "copied", copied,
+			"logged", len(inFlight), "covered", covered)
 	}
 	return copied
+}
+
+// healthyIDs returns the ids of the links among refuges that are healthy at now.
+func healthyIDs(refuges []*link, now time.Time) []uint8 {
+	var ids []uint8
+	for _, r := range refuges {
+		if r.healthy(now) {
+			ids = append(ids, r.spec.ID)
+		}
+	}
+	return ids
 }

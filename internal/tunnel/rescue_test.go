@@ -308,15 +308,7 @@ func sameIDs(a, b []uint32) bool {
 func TestCopiesSentWhileInDoubtAreRescued(t *testing.T) {
 	r := newRescueRig(t)
 	s, links := r.s, r.links
-	links[0].mu.Lock()
-	links[0].setState(stateSuspect)
-	links[0].mu.Unlock()
-	s.schedDue.Store(true)
-	for range 40 {
-		if !s.SendData(make([]byte, wire.HeaderLen+1000)) {
-			t.Fatal("SendData found no usable link")
-		}
-	}
+	r.sendWithFirstInDoubt(t, 40)
 	onDying, originals := r.seqsOn(1)
 	if originals == len(onDying) {
 		t.Fatalf("setup: no packet of the first link, in doubt, had its copy on the second link (it carried %v)", onDying)
@@ -339,6 +331,20 @@ func TestCopiesSentWhileInDoubtAreRescued(t *testing.T) {
 	links[1].mu.Unlock()
 	if named := s.reassign(links[1]); named != originals {
 		t.Errorf("the second link's loss notice named %d numbers, want its %d originals (not the copies of the first link's)", named, originals)
+	}
+}
+
+// sendWithFirstInDoubt puts the rig's first link in doubt and sends n packets.
+func (r *rescueRig) sendWithFirstInDoubt(t *testing.T, n int) {
+	t.Helper()
+	r.links[0].mu.Lock()
+	r.links[0].setState(stateSuspect)
+	r.links[0].mu.Unlock()
+	r.s.schedDue.Store(true)
+	for range n {
+		if !r.s.SendData(make([]byte, wire.HeaderLen+1000)) {
+			t.Fatal("SendData found no usable link")
+		}
 	}
 }
 
@@ -424,5 +430,40 @@ func TestPrimaryInDoubtCopiesToTheBackup(t *testing.T) {
 	send(10)
 	if got, _ := r.seqsOn(2); len(got) != 0 {
 		t.Errorf("the backup carried %v after the doubt was lifted, want nothing", got)
+	}
+}
+
+// A link in doubt sends each packet with its duplicate on another link. When it is then
+// found down, those packets are covered: its rescue copies none of them again (a lab
+// failover run copied 22-30 such packets onto the two live links at once and lost 10-13
+// in a row). What it sent before its doubt, with no copy anywhere, still goes out, to
+// both other links.
+func TestRescueLeavesPacketsWhoseCopyIsOnAHealthyLink(t *testing.T) {
+	r := newRescueRig(t)
+	s, links := r.s, r.links
+	s.txMu.Lock()
+	s.txSeq = 4 // the rig sent 1-3 on link 0 itself
+	s.txMu.Unlock()
+	r.sendWithFirstInDoubt(t, 40)
+	inDoubt, originals := r.seqsOn(0)
+	if originals == 0 || originals != len(inDoubt) {
+		t.Fatalf("setup: the link in doubt carried %v (%d originals), want originals only", inDoubt, originals)
+	}
+	for _, seq := range inDoubt {
+		if !s.kept.wentOn(seq, 1) && !s.kept.wentOn(seq, 2) {
+			t.Fatalf("setup: packet %d of the link in doubt has no duplicate on a healthy link", seq)
+		}
+	}
+	r.mu.Lock()
+	clear(r.sent)
+	r.mu.Unlock()
+	if n := s.rescue(links[0]); n != 3 {
+		t.Fatalf("rescue of the link in doubt copied %d packets, want the 3 it sent before its doubt (not the %d duplicated since)", n, len(inDoubt))
+	}
+	want := []uint32{1, 2, 3}
+	for id, got := range r.copies(t) {
+		if !slices.Equal(got, want) {
+			t.Errorf("link %d carried copies of %v, want %v", id, got, want)
+		}
 	}
 }
