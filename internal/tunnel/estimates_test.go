@@ -62,3 +62,28 @@ func TestLinkDelayEstimatesAreExported(t *testing.T) {
 	report(2, 20)
 	check("two reports", m.LinkJitter, "jitter", map[string]time.Duration{"dsl": 1875 * time.Microsecond, "lte": 5625 * time.Microsecond})
 }
+
+// A sample's losses are the gaps the peer found in the link's sequence, not what we
+// sent less what arrived: what we sent after the peer's cut is in flight, and counted
+// as lost it made a flow's first window look like drops (estimate.Sample.Lost).
+func TestSampleLossesAreThePeersGaps(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	t.Cleanup(s.close)
+	l := s.addLink(LinkSpec{ID: 0, Name: "lte"}, func(*link, []byte) error { return nil })
+	t0 := time.Unix(1000, 0)
+	report := func(at time.Duration, rx, lost uint32) (sent uint64, lostInSample uint32, ok bool) {
+		l.txData.Add(20 * 1500) // we sent 20 packets since the last report
+		smp, ok := l.onFeedback(t0.Add(at), uint32(at/time.Microsecond),
+			wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500, HighestLinkSeq: rx + lost, Lost: lost}, true)
+		return smp.Sent, smp.Lost, ok
+	}
+	report(0, 0, 0) // starts the first sample
+	report(100*time.Millisecond, 10, 0)
+	sent, lost, ok := report(200*time.Millisecond, 15, 0)
+	if !ok || sent != 20*1500 || lost != 0 {
+		t.Fatalf("5 packets arrived of 20 sent, none missing: sample ok=%v, sent %d bytes, lost %d; want a sample of 30000 bytes sent and no loss", ok, sent, lost)
+	}
+	if _, lost, _ = report(300*time.Millisecond, 25, 3); lost != 3 {
+		t.Errorf("the peer found 3 packets missing: the sample lost %d", lost)
+	}
+}
