@@ -651,7 +651,7 @@ func (l *link) estimate(smp estimate.Sample) {
 	l.est.Update(smp)
 	c := l.est.Capacity()
 	l.log.Debug("estimate", "interval", smp.Interval, "delivered_mbit_s", round2(float64(smp.Delivered)*8/smp.Interval.Seconds()/1e6),
-		"sent_mbit_s", round2(float64(smp.Sent)*8/smp.Interval.Seconds()/1e6), "packets", smp.Packets, "queue", smp.Queue, "have_queue", smp.HaveQueue,
+		"sent_mbit_s", round2(float64(smp.Sent)*8/smp.Interval.Seconds()/1e6), "packets", smp.Packets, "lost", smp.Lost, "queue", smp.Queue, "have_queue", smp.HaveQueue,
 		"least_queue", smp.LeastQueue, "most_queue", smp.MostQueue, "jitter", smp.Jitter, "stalled", smp.Stalled, "phase", l.est.Phase(), "rate_mbit_s", round2(l.est.Rate()/1e6), "capacity_mbit_s", round2(c/1e6))
 	l.m.capacity.Set(c)
 	l.m.queue.Set(l.est.Queue().Seconds())
