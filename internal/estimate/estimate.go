@@ -215,9 +215,9 @@ func (s Sample) Loaded(rate float64) bool {
 // saturated and not app-limited and replaced a cable link's 2.99 Mbit/s with 0.12, and
 // a downstream transfer's first window in flight can do the same (probably what took a
 // lossy link from 1.48 Mbit/s to 0.08 in the lab; BENCHMARKS.md, "A collapsed
-// estimate"). The byte floor is for a trickle's real losses:
-// one burst of the lossy link (four packets on average) is more than a quarter of the
-// 14 ACKs a period carries behind an upload, yet says nothing of the link's capacity.
+// estimate"). The byte floor is for a trickle's real losses: one burst of the lossy
+// link (four packets on average) is more than a quarter of the 14 ACKs a period
+// carries behind an upload, yet says nothing of the link's capacity.
 func (s Sample) vanished() bool {
 	if s.Lost == 0 {
 		return false
@@ -423,7 +423,7 @@ func (e *Estimator) Update(s Sample) {
 	case s.Loaded(e.rate) && s.vanished():
 		// Loaded, no queue, yet much of it vanished, two periods running: a policer (or
 		// a shallow buffer) that drops instead of queueing. What got through is the
-		// capacity. (One such period can be an artefact of where the period cut.)
+		// capacity. (One such period can be a burst of random loss.)
 		if e.policedLast {
 			e.phase, e.startup, e.streak, e.trained = PhaseDrain, false, 0, false
 			e.kf.update(delivered)

@@ -18,8 +18,8 @@ import "math"
 // If the next sample is far out on the same side too, the capacity has changed: the
 // filter restarts at the two samples' mean, so it moves to the new level within two
 // samples instead of creeping towards it. "Next" is the link's next sample, whatever
-// it was: the estimator counts every one (next), and a held sample that samples which
-// measured nothing came after is forgotten. Kept across them, an outlier of an
+// it was: the estimator announces every one (next), and a held sample that a sample
+// which measured nothing came after is forgotten. Kept across them, an outlier of an
 // upload's ACK trickle would make any far sample of the next transfer, seconds later,
 // a "step" (one of the two ways a lossy link's estimate could have gone from 1.48
 // Mbit/s to 0.08 in one logged step in the lab, and stayed there; BENCHMARKS.md,
@@ -29,8 +29,7 @@ type kalman struct {
 	r       float64 // learned measurement variance (EWMA of squared innovations)
 	outside int     // the last sample was beyond 2σ: >0 above, <0 below
 	held    float64 // that sample
-	// sample counts the link's samples (next); heldAt is the one held was.
-	sample, heldAt uint64
+	fresh   bool    // held came in the current sample (next)
 }
 
 const (
@@ -48,8 +47,14 @@ const (
 func (k *kalman) valid() bool { return k.x > 0 }
 
 // next tells the filter that a new sample of the link has come, whether or not it is
-// folded in: a held outlier counts as confirmed only by the very next one.
-func (k *kalman) next() { k.sample++ }
+// folded in: a held outlier counts as confirmed only by the very next one, so one held
+// before the last sample is forgotten.
+func (k *kalman) next() {
+	if !k.fresh {
+		k.outside = 0
+	}
+	k.fresh = false
+}
 
 // reset starts the filter at x with no confidence in it.
 func (k *kalman) reset(x float64) {
@@ -72,9 +77,6 @@ func (k *kalman) update(z float64) {
 	k.p += q * q
 	y := z - k.x
 	r := math.Max(k.r, (minNoiseFrac*k.x)*(minNoiseFrac*k.x))
-	if k.heldAt+1 != k.sample {
-		k.outside = 0 // the held outlier is not the sample before this one
-	}
 	if s := k.p + r; y*y > 4*s {
 		if y > 0 && k.outside > 0 || y < 0 && k.outside < 0 {
 			// The second far sample on the same side: the capacity has changed.
@@ -82,7 +84,7 @@ func (k *kalman) update(z float64) {
 			k.r = r
 			return
 		}
-		k.outside, k.held, k.heldAt = 1, z, k.sample
+		k.outside, k.held, k.fresh = 1, z, true
 		if y < 0 {
 			k.outside = -1
 		}

@@ -31,8 +31,8 @@ import (
 // backupReturnWindow is how long backups stay overflow links after a primary is back,
 // at the most: long enough for the other primaries to answer too (they come back
 // within a probe interval or two of each other when one cause took them down) and for
-// the flows to settle on them; short enough that a metered backup carries at most a couple of
-// seconds of overflow for each outage.
+// the flows to settle on them; short enough that a metered backup carries at most a
+// couple of seconds of overflow for each outage.
 const backupReturnWindow = 2 * time.Second
 
 // backupReturn tracks that window for one session. Guarded by the session's txMu.

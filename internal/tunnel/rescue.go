@@ -146,7 +146,8 @@ func (s *Session) rescue(l *link) (copied int) {
 		to = to[:1]
 	}
 	to = to[:min(len(to), rescueRefuges)]
-	live := healthyIDs(to, time.Now())
+	at := time.Now()
+	live := slices.DeleteFunc(slices.Clone(to), func(r *link) bool { return !r.healthy(at) }) // refuges that can cover
 	now := clock.Nanos()
 	covered := 0
 	s.txMu.Lock()
@@ -157,7 +158,7 @@ func (s *Session) rescue(l *link) (copied int) {
 		if pkt == nil {
 			continue
 		}
-		if slices.ContainsFunc(live, func(id uint8) bool { return s.kept.wentOn(e.Seq, id) }) {
+		if slices.ContainsFunc(live, func(r *link) bool { return s.kept.wentOn(e.Seq, r.spec.ID) }) {
 			covered++ // its copy is on a healthy link already
 			continue
 		}
@@ -183,15 +184,4 @@ func (s *Session) rescue(l *link) (copied int) {
 			"logged", len(inFlight), "covered", covered)
 	}
 	return copied
-}
-
-// healthyIDs returns the ids of the links among refuges that are healthy at now.
-func healthyIDs(refuges []*link, now time.Time) []uint8 {
-	var ids []uint8
-	for _, r := range refuges {
-		if r.healthy(now) {
-			ids = append(ids, r.spec.ID)
-		}
-	}
-	return ids
 }
