@@ -66,6 +66,7 @@ func TestWindowEndsOnceThePrimariesBackCanCarryTheBackupsRate(t *testing.T) {
 		return p
 	}
 	var b backupReturn
+	b.apply(downstream(true, true), -100*ms) // the primaries were up before
 	b.apply(downstream(false, false), 0)
 	params := downstream(true, false)
 	if began, _ := b.apply(params, 30*ms); !began || params[2].Class != sched.ClassOverflow {
@@ -94,6 +95,14 @@ func TestNoWindowWithoutAnOutageOfThePrimaries(t *testing.T) {
 	if began, _ := b.apply(params, 50*ms); began || params[2].Class != sched.ClassBackup || b.pending() {
 		t.Fatalf("a window began without the backup ever standing in: class %v, pending %v", params[2].Class, b.pending())
 	}
+	// Start-up again: the backup answers a moment before the primaries. It stood in
+	// for nothing, so it stays a backup.
+	b = backupReturn{}
+	b.apply(standbyLinks(false, false), 0)
+	params = standbyLinks(true, true)
+	if began, _ := b.apply(params, 50*ms); began || params[2].Class != sched.ClassBackup || b.pending() {
+		t.Fatalf("a window began at start-up, the backup having answered first: class %v, pending %v", params[2].Class, b.pending())
+	}
 	// One primary of two dies: the other carries on, the backup stays a backup.
 	params = standbyLinks(false, true)
 	if began, _ := b.apply(params, 100*ms); began || params[2].Class != sched.ClassBackup || b.pending() {
@@ -115,6 +124,7 @@ func TestReturningSlowPrimaryGetsOnlyWhatItCanCarry(t *testing.T) {
 		{"without the window", false, 100},
 	} {
 		var b backupReturn
+		b.apply(standbyLinks(true, true), -100*ms) // the primaries were up before
 		b.apply(standbyLinks(false, false), 0)
 		params := standbyLinks(true, false) // ADSL back, cable not yet
 		at := 50 * ms
