@@ -6,6 +6,7 @@ package tunnel
 // together over 127.0.0.1.
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -486,6 +488,62 @@ func (m *mapping) data() (up, down int) {
 
 var discard = slog.New(slog.DiscardHandler)
 
+// bedLog is the log of a bed's daemons: discarded, unless AGGD_TEST_LOG is set (to
+// debug or info), when it is kept in memory and written to a file if the test fails,
+// so a rare failure of a looped test (go test -count=1000 -failfast) comes with the
+// daemons' own account of it. Both daemons write to the one log, each line naming
+// its side.
+func bedLog(t *testing.T, side string) *slog.Logger {
+	level, ok := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo}[os.Getenv("AGGD_TEST_LOG")]
+	if !ok {
+		return discard
+	}
+	l, ok := testLogs.Load(t)
+	if !ok {
+		l = newFailureLog(t)
+		testLogs.Store(t, l)
+	}
+	return slog.New(slog.NewTextHandler(l.(*failureLog), &slog.HandlerOptions{Level: level})).With("side", side)
+}
+
+// testLogs holds each test's failureLog, so a test's CPEs and headend share one.
+var testLogs sync.Map
+
+type failureLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func newFailureLog(t *testing.T) *failureLog {
+	l := &failureLog{}
+	t.Cleanup(func() {
+		testLogs.Delete(t)
+		if !t.Failed() {
+			return
+		}
+		f, err := os.CreateTemp("", "aggd-"+strings.ReplaceAll(t.Name(), "/", "_")+"-*.log")
+		if err != nil {
+			t.Logf("the daemons' log was not written: %v", err)
+			return
+		}
+		defer f.Close()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if _, err := f.Write(l.buf.Bytes()); err != nil {
+			t.Logf("the daemons' log was not written: %v", err)
+			return
+		}
+		t.Logf("the daemons' log: %s", f.Name())
+	})
+	return l
+}
+
+func (l *failureLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
 // linkRate is the rate prior every test uplink announces in both directions. It is
 // low on purpose: the scheduler then sees a few packets as a backlog and spreads even
 // light test traffic over every link.
@@ -555,7 +613,7 @@ func newBedWith(t *testing.T, tweak func(*HeadendConfig), peers ...testPeer) *be
 		tweak(&cfg)
 	}
 	b := &bed{t: t, key: key, heTun: newFakeTun(), heM: metrics.New()}
-	b.he, err = NewHeadend(cfg, b.heTun, b.heM, discard)
+	b.he, err = NewHeadend(cfg, b.heTun, b.heM, bedLog(t, "headend"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -612,7 +670,7 @@ func (b *bed) startCPEWith(p testPeer, n int, rekey time.Duration, tweak func(*C
 	}
 	node := &cpeNode{t: b.t, peer: p, tun: newFakeTun(), m: metrics.New(), done: make(chan struct{})}
 	var err error
-	node.c, err = NewCPE(cfg, node.tun, node.m, discard)
+	node.c, err = NewCPE(cfg, node.tun, node.m, bedLog(b.t, p.name))
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -1067,6 +1067,17 @@ def beside_vpn_rtt(bond_rtt, base):
     return {"beside_vpn_p50_ms": bond_rtt["p50_ms"], "beside_vpn_p50_above_ms": round(bond_rtt["p50_ms"] - base, 1)}
 
 
+def link_queue_rtt(link_rtt, p50, base):
+    """The RTT figure's split: a ping over the slowest used link's own path during the
+    transfer (outside the tunnel) measures its queue; what the bond's ping took beyond it
+    is the bond's processing and the other links' queues. In the emulated VM the bond's
+    processing is not small: its idle RTT sits about 8 ms above the links' own."""
+    if not link_rtt or link_rtt.get("p50_ms") is None:
+        return {}
+    return {"link_path_p50_ms": link_rtt["p50_ms"], "link_queue_p50_ms": round(link_rtt["p50_ms"] - base, 1),
+            "bond_above_link_path_p50_ms": round(p50 - link_rtt["p50_ms"], 1)}
+
+
 # ---- the run -------------------------------------------------------------------------
 
 
@@ -1523,6 +1534,12 @@ bpf:
         # the tunnel, through the bond alone, tells the bond's share of that latency apart.
         bond_ping_out = os.path.join(self.work, f"ping-{label}-{key}-bond.log") if target != SERVER else None
         bond_pingp = self.start_ping(client_ns, bond_ping_out, secs, SERVER) if bond_ping_out else None
+        # And one over each link's own path from the CPE, outside the tunnel: it waits in
+        # the same link queues as the tunnel's packets, but not for aggd, so the RTT
+        # figure splits into the link's queue and what the bond's processing adds.
+        link_pings = {l["name"]: (self.start_ping("cpe", out, secs, f"10.98.{l['index']}.1"), out)
+                      for l in self.topo.links
+                      for out in [os.path.join(self.work, f"ping-{label}-{key}-link{l['index']}.log")]}
         stop = threading.Event()
         applied = []
         t0 = smp.t0  # schedule, series and goodput share one clock
@@ -1566,6 +1583,7 @@ bpf:
                 for dd in (("up", "down") if ev.get("dir", "both") == "both" else (ev["dir"],)):
                     self.topo.set_rate(ev["link"], dd, lk[dd]["rate_mbit"])
         rtt = ping_stats(ping_text)
+        link_rtt = {n: ping_stats(self.finish_ping(lp, out), skip_first=True) for n, (lp, out) in link_pings.items()}
         g, nbytes = iperf_goodput(j)
         # iperf3's intervals count from its own start; shift them onto the sampler's clock.
         off = j.get("_t_start", smp.t0) - smp.t0
@@ -1583,7 +1601,7 @@ bpf:
                "flow_start_s": round(off, 2), "flow_start_source": j.get("_t_start_source"),
                "sample_interval_s": SAMPLE_S,
                "rtt_under_load": rtt, "rtt_series": ping_series(ping_text, PING_INTERVAL_S, t_ping),
-               "rtt_under_load_beside_vpn": bond_rtt, "cpu": cpu, "cpu_bound": cpu["cpu_bound"], "events": applied,
+               "rtt_under_load_beside_vpn": bond_rtt, "rtt_under_load_links": link_rtt, "cpu": cpu, "cpu_bound": cpu["cpu_bound"], "events": applied,
                "series": [{"t": s["t"], "dt": s.get("dt"), "links_mbit": {n: v[d] for n, v in s["links"].items()},
                            "links_offered_mbit": {n: v[d] for n, v in s["links_in"].items()},
                            "cpu_total_pct": s["cpu_total_pct"], "vcpu_pct": s["cpu_pct"],
@@ -2328,7 +2346,8 @@ def control_figures(r, sc):
                 p50_ms=rtt["p50_ms"], p95_ms=rtt.get("p95_ms"),
                 p95_above_ms=round(rtt["p95_ms"] - base, 1) if rtt.get("p95_ms") is not None else None,
                 slowest_used_link=slow, its_idle_rtt_ms=base, pings=rtt.get("samples"),
-                **beside_vpn_rtt(t.get("rtt_under_load_beside_vpn"), base))
+                **beside_vpn_rtt(t.get("rtt_under_load_beside_vpn"), base),
+                **link_queue_rtt(t.get("rtt_under_load_links", {}).get(slow), rtt["p50_ms"], base))
         for f in t.get("failover_figures", []):
             never = f["recovery_s"] is None
             add(f"failover_recovery_{f['link']}_s", f["recovery_s"], 1, "s", not never and f["recovery_s"] <= 1, cpu, t,
@@ -2407,6 +2426,9 @@ def fmt_value(f):
     v = f["value"]
     if v is None:
         return f"never{' (' + f['note'] + ')' if f.get('note') else ''}" if f["status"] != "n/a" else "-"
+    if "link_queue_p50_ms" in f:  # the RTT figure: how much of it the link's own queue is
+        return (f"{v} {f['unit']} ({f['slowest_used_link']}'s own path: its queue {f['link_queue_p50_ms']} ms, "
+                f"the bond {f['bond_above_link_path_p50_ms']} ms above it)")
     return f"{v} {f['unit']}"
 
 
