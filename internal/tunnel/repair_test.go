@@ -71,7 +71,11 @@ func TestLostPacketIsSentAgain(t *testing.T) {
 	if v := gauge(b.heM.RepairRequested.WithLabelValues("cpe1")); v != 1 {
 		t.Errorf("headend asked for %v packets, want 1", v)
 	}
-	if v := gauge(b.n.m.RepairResent.WithLabelValues("headend")); v != 1 {
+	// The CPE counts what it sent again after sending it, so the packet can be through
+	// before the count is.
+	resent := func() float64 { return gauge(b.n.m.RepairResent.WithLabelValues("headend")) }
+	waitFor(t, "the CPE to count the packet it sent again", func() bool { return resent() >= 1 })
+	if v := resent(); v != 1 {
 		t.Errorf("CPE sent %v packets again, want 1", v)
 	}
 	if b.he.peerCopied.Load() != 0 {
@@ -120,7 +124,10 @@ func TestPacketThatCannotBeSentAgainIsNoticedLost(t *testing.T) {
 	if lost := b.reseqStats().Lost - before.Lost; lost != 1 {
 		t.Errorf("%d packets given up, want 1", lost)
 	}
-	if v := gauge(b.n.m.RepairUnavailable.WithLabelValues("headend")); v != 1 {
+	// Counted after the loss notice is sent, as what was sent again is.
+	unavailable := func() float64 { return gauge(b.n.m.RepairUnavailable.WithLabelValues("headend")) }
+	waitFor(t, "the CPE to count the packet it could not send again", func() bool { return unavailable() >= 1 })
+	if v := unavailable(); v != 1 {
 		t.Errorf("CPE named %v packets it could not send again, want 1", v)
 	}
 	if v := gauge(b.n.m.RepairResent.WithLabelValues("headend")); v != 0 {
