@@ -29,7 +29,7 @@ generate: ## compile the BPF programs (bpf2go, little and big endian)
 build: generate ## build bin/aggd
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/aggd
 
-test: build ## run all tests (unit, BPF in-kernel, fuzzing FUZZTIME per target, end-to-end in netns; needs root)
+test: build ## run all tests (unit, BPF in-kernel, fuzzing FUZZTIME per target, end-to-end in netns, the daemon's packages under -race; needs root)
 	python3 scripts/install_go_test.py
 	./scripts/fuzz-all.sh $${FUZZTIME:-50000x}
 	@# -p 1: one package at a time. The end-to-end tests measure links through daemons
@@ -38,6 +38,8 @@ test: build ## run all tests (unit, BPF in-kernel, fuzzing FUZZTIME per target, 
 	$(GO) test -p 1 -count=1 -timeout 40m $(PKGS)
 	@echo "test: the end-to-end tests again, with the kernel fast path on (--fast-path)"
 	AGGD_E2E_DAEMON_ARGS=--fast-path $(GO) test -count=1 -timeout 20m ./test/e2e
+	@echo "test: the daemon's packages again under the race detector (about a minute)"
+	$(GO) test -race -count=1 -timeout 20m ./cmd/... ./internal/...
 
 test-unit: generate ## unit tests only (no root needed for most)
 	python3 scripts/install_go_test.py
