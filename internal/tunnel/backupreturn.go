@@ -67,6 +67,9 @@ func (b *backupReturn) apply(params []sched.LinkParams, now int64) (began, ended
 			standbyBps += p.RateBps
 		}
 	}
+	if primary {
+		b.primaryWasUp = true
+	}
 	switch {
 	case !primary:
 		// The standby links carry the traffic (or nothing does): the window starts
@@ -77,10 +80,8 @@ func (b *backupReturn) apply(params []sched.LinkParams, now int64) (began, ended
 		b.inside = false
 		return false, false
 	case b.until == 0:
-		b.primaryWasUp = true
 		return false, false
 	case now >= b.until || primaryBps >= b.standbyBps:
-		b.primaryWasUp = true
 		ended = b.inside
 		b.until, b.inside = 0, false
 		return false, ended

@@ -488,36 +488,24 @@ func (m *mapping) data() (up, down int) {
 
 var discard = slog.New(slog.DiscardHandler)
 
-// bedLog is the log of a bed's daemons: discarded, unless AGGD_TEST_LOG is set (to
-// debug or info), when it is kept in memory and written to a file if the test fails,
-// so a rare failure of a looped test (go test -count=1000 -failfast) comes with the
-// daemons' own account of it. Both daemons write to the one log, each line naming
-// its side.
-func bedLog(t *testing.T, side string) *slog.Logger {
+// failureLog is the log of a bed's daemons, kept only when AGGD_TEST_LOG is set (to
+// debug or info): in memory, and written to a file if the test fails, so a rare failure
+// of a looped test (go test -count=1000 -failfast) comes with the daemons' own account
+// of it. The headend and the CPEs write to the one log, each line naming its side.
+type failureLog struct {
+	level slog.Level
+	mu    sync.Mutex
+	buf   bytes.Buffer
+}
+
+// newFailureLog returns the test's log, or nil when AGGD_TEST_LOG asks for none.
+func newFailureLog(t *testing.T) *failureLog {
 	level, ok := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo}[os.Getenv("AGGD_TEST_LOG")]
 	if !ok {
-		return discard
+		return nil
 	}
-	l, ok := testLogs.Load(t)
-	if !ok {
-		l = newFailureLog(t)
-		testLogs.Store(t, l)
-	}
-	return slog.New(slog.NewTextHandler(l.(*failureLog), &slog.HandlerOptions{Level: level})).With("side", side)
-}
-
-// testLogs holds each test's failureLog, so a test's CPEs and headend share one.
-var testLogs sync.Map
-
-type failureLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func newFailureLog(t *testing.T) *failureLog {
-	l := &failureLog{}
+	l := &failureLog{level: level}
 	t.Cleanup(func() {
-		testLogs.Delete(t)
 		if !t.Failed() {
 			return
 		}
@@ -536,6 +524,14 @@ func newFailureLog(t *testing.T) *failureLog {
 		t.Logf("the daemons' log: %s", f.Name())
 	})
 	return l
+}
+
+// logger is one daemon's view of the log: discard when there is none.
+func (l *failureLog) logger(side string) *slog.Logger {
+	if l == nil {
+		return discard
+	}
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: l.level})).With("side", side)
 }
 
 func (l *failureLog) Write(p []byte) (int, error) {
@@ -588,6 +584,7 @@ type bed struct {
 	relay  *relay
 	listen netip.AddrPort
 	cpes   []*cpeNode
+	log    *failureLog // the daemons' log, nil unless AGGD_TEST_LOG is set
 }
 
 // internet is where upstream test packets go.
@@ -612,8 +609,8 @@ func newBedWith(t *testing.T, tweak func(*HeadendConfig), peers ...testPeer) *be
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	b := &bed{t: t, key: key, heTun: newFakeTun(), heM: metrics.New()}
-	b.he, err = NewHeadend(cfg, b.heTun, b.heM, bedLog(t, "headend"))
+	b := &bed{t: t, key: key, heTun: newFakeTun(), heM: metrics.New(), log: newFailureLog(t)}
+	b.he, err = NewHeadend(cfg, b.heTun, b.heM, b.log.logger("headend"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -670,7 +667,7 @@ func (b *bed) startCPEWith(p testPeer, n int, rekey time.Duration, tweak func(*C
 	}
 	node := &cpeNode{t: b.t, peer: p, tun: newFakeTun(), m: metrics.New(), done: make(chan struct{})}
 	var err error
-	node.c, err = NewCPE(cfg, node.tun, node.m, bedLog(b.t, p.name))
+	node.c, err = NewCPE(cfg, node.tun, node.m, b.log.logger(p.name))
 	if err != nil {
 		b.t.Fatal(err)
 	}

@@ -1537,9 +1537,10 @@ bpf:
         # And one over each link's own path from the CPE, outside the tunnel: it waits in
         # the same link queues as the tunnel's packets, but not for aggd, so the RTT
         # figure splits into the link's queue and what the bond's processing adds.
-        link_pings = {l["name"]: (self.start_ping("cpe", out, secs, f"10.98.{l['index']}.1"), out)
-                      for l in self.topo.links
-                      for out in [os.path.join(self.work, f"ping-{label}-{key}-link{l['index']}.log")]}
+        link_pings = {}
+        for l in self.topo.links:
+            out = os.path.join(self.work, f"ping-{label}-{key}-link{l['index']}.log")
+            link_pings[l["name"]] = (self.start_ping("cpe", out, secs, f"10.98.{l['index']}.1"), out)
         stop = threading.Event()
         applied = []
         t0 = smp.t0  # schedule, series and goodput share one clock
