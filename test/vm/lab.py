@@ -105,6 +105,13 @@ BASELINE_CC = os.environ.get("LAB_BASELINE_CC", "cubic")
 # iperf3 errors of a baseline (a link alone, no aggd) that say the link's loss broke
 # iperf3's own connections rather than anything about the link's rate: tried once more.
 BASELINE_RETRY_ERRORS = ("unable to connect", "control socket has closed unexpectedly")
+BASELINE_ATTEMPTS = 3
+# Packets sent through a link, both ways, before a baseline is tried again: netem's
+# Gilbert-Elliott chain moves on per packet, not per unit of time, so an idle link that
+# ended in its loss burst is still in it when the next connection's SYNs come (each leaves
+# the burst with probability r = 25 % in the lossy profile: 30 packets leave it but for
+# 0.75^30 = 0.02 %).
+LOSS_CHAIN_FLUSH_PACKETS = 30
 # aggd's log level in the lab (debug: one line per estimator sample, for diagnosis).
 AGGD_LOG_LEVEL = os.environ.get("LAB_LOG_LEVEL", "info")
 
@@ -1048,6 +1055,15 @@ def configured_rtt_ms(link):
     return sum(link[d]["delay_ms"] + 2 * (link[d].get("jitter_ms") or 0) for d in ("up", "down"))
 
 
+def move_loss_chain_on(k):
+    """Sends LOSS_CHAIN_FLUSH_PACKETS pings over link k (each out and back), so that a
+    per-packet loss model left in its bad state by the last transfer leaves it."""
+    out = nsx("cpe", "ping", "-q", "-c", str(LOSS_CHAIN_FLUSH_PACKETS), "-i", "0.01", "-W", "1", "-I",
+              f"10.98.{k}.2", f"10.98.{k}.1", capture=True, check=False)
+    got = re.search(r"(\d+) packets transmitted, (\d+) received", out or "")
+    log(f"link {k}: " + (f"{got.group(2)} of {got.group(1)} pings came back" if got else "ping gave no summary"))
+
+
 def idle_rtt_implausible(link, idle):
     p50 = (idle or {}).get("p50_ms")
     return p50 is None or p50 > configured_rtt_ms(link) + IDLE_RTT_SLACK_MS
@@ -1194,19 +1210,21 @@ class Run:
 
                 def one(l, k=None):
                     k = l["index"]
-                    for attempt in range(2):
+                    for attempt in range(BASELINE_ATTEMPTS):
                         res[k] = run_iperf(self.procs, self.work, "cpe", "hub", f"10.98.{k}.1", 5200 + 10 * k +
                                            (0 if d == "up" else 5) + attempt, secs, reverse=(d == "down"),
                                            bind=f"10.98.{k}.2", congestion=BASELINE_CC)
                         # A lossy link can lose the connection's SYN and its retries within
                         # iperf3's 5-s connect timeout, or break iperf3's own control
                         # connection mid-test (the lossy scenario's bursty loss did each,
-                        # once): that is no measure of the link (no aggd is involved in a
-                        # baseline), so it is tried once more.
+                        # more than once): that is no measure of the link (no aggd is
+                        # involved in a baseline), so it is tried again.
                         err = str(res[k].get("error") or "")
-                        if not any(m in err for m in BASELINE_RETRY_ERRORS):
+                        if not any(m in err for m in BASELINE_RETRY_ERRORS) or attempt + 1 == BASELINE_ATTEMPTS:
                             break
-                        log(f"baseline iperf3 on {l['name']} {d} failed ({err}); trying once more")
+                        log(f"baseline iperf3 on {l['name']} {d} failed ({err}); moving the link's loss "
+                            f"model on and trying again ({attempt + 2} of {BASELINE_ATTEMPTS})")
+                        move_loss_chain_on(k)
 
                 ths = [threading.Thread(target=one, args=(l,)) for l, _ in g]
                 for t in ths:
