@@ -1206,11 +1206,12 @@ class Run:
                 self.restart_fluctuation(f"baseline-{d}")
                 smp = Sampler(self.topo)
                 smp.start()
-                res = {}
+                res, tries = {}, {}
 
                 def one(l, k=None):
                     k = l["index"]
                     for attempt in range(BASELINE_ATTEMPTS):
+                        tries[k] = attempt + 1
                         res[k] = run_iperf(self.procs, self.work, "cpe", "hub", f"10.98.{k}.1", 5200 + 10 * k +
                                            (0 if d == "up" else 5) + attempt, secs, reverse=(d == "down"),
                                            bind=f"10.98.{k}.2", congestion=BASELINE_CC)
@@ -1237,6 +1238,7 @@ class Run:
                     if j.get("error") or j["_rc"] != 0:
                         raise LabError(f"baseline iperf3 on {l['name']} {d} failed: {j.get('error')}")
                     b[d]["baseline_mbit"] = round(iperf_goodput(j)[0], 3)
+                    b[d]["baseline_attempts"] = tries.get(l["index"], 1)
                     b[d]["baseline_cpu_bound"] = cpu["cpu_bound"]
                     b[d]["baseline_cpu"] = cpu
         for l, b in zip(self.sc["links"], bs):
