@@ -2237,6 +2237,23 @@ def sender_retransmits(t, lo, hi):
     return sum(x["retransmits"] for x in snd if lo < x["t"] <= hi)
 
 
+# The span before an outage whose goodput is "where the flow was" (back_to_pre_outage_s).
+PRE_OUTAGE_S = 5.0
+
+
+def recovery_after(fine, t_out, t_up, want):
+    """Seconds from t_out to the end of the first 0.2-s interval (mostly after the outage)
+    at >= want Mbit/s whose next second (from its start) also averages >= want, before
+    t_up: a lone spike does not count. None if none is."""
+    for x, v in fine:
+        if x - 0.1 < t_out or x - 0.2 + 1.0 > t_up:
+            continue
+        g = goodput_between(fine, x - 0.2, x - 0.2 + 1.0)
+        if v >= want and g is not None and g >= want:
+            return round(x - t_out, 2)
+    return None
+
+
 def failover_figures(t, base, sums):
     """Per outage of a link carrying traffic: recovery (goodput back to 90 % of the other
     links' baselines), detection (CPE's aggd_link_up -> 0) and return (the link's share of
@@ -2255,16 +2272,7 @@ def failover_figures(t, base, sums):
         t_up = event_time(up) if up else t["seconds"]
         remaining = sum(v for n, v in base.items() if n not in group)
         want = 0.9 * remaining
-        # The end of the first 0.2-s interval (mostly after the outage) at >= 90 %, whose
-        # next second (from its start) also averages >= 90 %: a lone spike does not count.
-        rec = None
-        for x, v in fine:
-            if x - 0.1 < t_out or x - 0.2 + 1.0 > t_up:
-                continue
-            g = goodput_between(fine, x - 0.2, x - 0.2 + 1.0)
-            if v >= want and g is not None and g >= want:
-                rec = round(x - t_out, 2)
-                break
+        rec = recovery_after(fine, t_out, t_up, want)
         during = goodput_between(fine, t_out, t_up)
         settled = goodput_between(fine, t_out + FAILOVER_SETTLED_AFTER_S, t_up)
         f = {"link": name, "effective_at": t_out, "restored_effective_at": t_up if up else None,
@@ -2272,6 +2280,14 @@ def failover_figures(t, base, sums):
              "goodput_during_mbit": round(during, 3) if during is not None else None,
              "settled_goodput_during_mbit": round(settled, 3) if settled is not None else None,
              "recovery_s": rec, "want_mbit": round(want, 3)}
+        # Where the links left are faster than the bond was (the standby scenario's LTE
+        # after its slow primaries), the issue's figure also asks the flow to grow past
+        # where it was; how soon it was back where it was is given beside it.
+        pre = goodput_between(fine, max(t.get("flow_start_s", 0), t_out - PRE_OUTAGE_S), t_out)
+        if pre is not None:
+            f["pre_outage_goodput_mbit"] = round(pre, 3)
+            if 0.9 * pre < want:
+                f["back_to_pre_outage_s"] = recovery_after(fine, t_out, t_up, 0.9 * pre)
         f.update(sender_around(t, t_out))
         scr = t.get("cpe_link_up") or []
         det = first_scrape(scr, t_out, lambda x: all(x["up"].get(n) == 0 for n in group))
@@ -2376,6 +2392,12 @@ def control_figures(r, sc):
                 note=(f"goodput not back to 90% of the other links' baselines ({f['want_mbit']} Mbit/s) "
                       f"during the outage; it averaged {f['goodput_during_mbit']} Mbit/s") if never else None,
                 goodput_during_mbit=f["goodput_during_mbit"], want_mbit=f["want_mbit"])
+            if "back_to_pre_outage_s" in f:
+                add(f"failover_back_to_pre_outage_{f['link']}_s", f["back_to_pre_outage_s"], None, "s", True, cpu, t,
+                    status="info" if f["back_to_pre_outage_s"] is not None else "n/a",
+                    note=(f"goodput back to 90% of the flow's {f['pre_outage_goodput_mbit']} Mbit/s before the "
+                          f"outage (the links left are faster; not an issue figure)"),
+                    pre_outage_goodput_mbit=f["pre_outage_goodput_mbit"])
             add(f"failover_detect_{f['link']}_s", f["detect_s"], None, "s", True, cpu, t,
                 status="info" if f["detect_s"] is not None else "n/a",
                 note="CPE's aggd_link_up went to 0 (under load; no limit in the issue)")
@@ -2450,6 +2472,8 @@ def fmt_value(f):
     if "link_queue_p50_ms" in f:  # the RTT figure: how much of it the link's own queue is
         return (f"{v} {f['unit']} ({f['slowest_used_link']}'s own path: its queue {f['link_queue_p50_ms']} ms, "
                 f"the bond {f['bond_above_link_path_p50_ms']} ms above it)")
+    if "pre_outage_goodput_mbit" in f:
+        return f"{v} {f['unit']} (back to 90% of the {f['pre_outage_goodput_mbit']} Mbit/s before the outage)"
     return f"{v} {f['unit']}"
 
 
