@@ -31,6 +31,7 @@ build: generate ## build bin/aggd
 
 test: build ## run all tests (unit, BPF in-kernel, fuzzing FUZZTIME per target, end-to-end in netns, the daemon's packages under -race; needs root)
 	python3 scripts/install_go_test.py
+	python3 test/vm/figures_test.py
 	./scripts/fuzz-all.sh $${FUZZTIME:-50000x}
 	@# -p 1: one package at a time. The end-to-end tests measure links through daemons
 	@# that need the CPU; the SPIN model check running beside them on a 2-core machine
@@ -43,6 +44,7 @@ test: build ## run all tests (unit, BPF in-kernel, fuzzing FUZZTIME per target, 
 
 test-unit: generate ## unit tests only (no root needed for most)
 	python3 scripts/install_go_test.py
+	python3 test/vm/figures_test.py
 	$(GO) test -count=1 -short $(PKGS)
 
 fuzz: generate ## run every fuzz target for FUZZTIME each (default 60s)

@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Tests of the lab's failover figures (make test runs them): the arithmetic that turns
+a transfer's goodput series into the issue's recovery figure and the info figure beside
+it, on made-up series whose answers are known."""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import lab  # noqa: E402
+
+
+def series(*spans):
+    """Receiver intervals of 0.2 s [(t_end, Mbit/s)] from (from_s, to_s, mbit) spans."""
+    out = []
+    for a, b, v in spans:
+        t = a + 0.2
+        while t <= b + 1e-9:
+            out.append((round(t, 2), v))
+            t += 0.2
+    return out
+
+
+def transfer(fine, down_at=10.0, up_at=20.0, links=("dsl", "cable"), name="dsl+cable"):
+    """A transfer in which links die together at down_at and return at up_at."""
+    return {
+        "direction": "up", "seconds": 30.0, "flow_start_s": 0.0,
+        "goodput_fine": [{"t": t, "mbit": v} for t, v in fine],
+        "events": [{"action": "down", "link": name, "links": list(links), "applied_at": down_at},
+                   {"action": "up", "link": name, "links": list(links), "applied_at": up_at}],
+        "series": [],
+    }
+
+
+class RecoveryAfter(unittest.TestCase):
+    def test_first_interval_whose_next_second_holds(self):
+        fine = series((0, 10, 2.0), (10, 10.4, 0.0), (10.4, 20, 2.0))
+        self.assertEqual(lab.recovery_after(fine, 10.0, 20.0, 1.8), 0.6)
+
+    def test_a_lone_spike_does_not_count(self):
+        fine = series((0, 10, 2.0), (10, 10.4, 0.0), (10.4, 10.6, 3.0), (10.6, 11.4, 0.5), (11.4, 20, 2.0))
+        self.assertEqual(lab.recovery_after(fine, 10.0, 20.0, 1.8), 1.6)
+
+    def test_never_before_the_link_returns(self):
+        fine = series((0, 10, 2.0), (10, 20, 1.0))
+        self.assertIsNone(lab.recovery_after(fine, 10.0, 20.0, 1.8))
+
+
+class BackToPreOutage(unittest.TestCase):
+    # The standby scenario's upstream: the slow primaries carried 1.5 Mbit/s, LTE alone
+    # gives 2.14 (90 %: 1.926).
+    BASE = {"dsl": 0.2, "cable": 1.3, "lte": 2.14}
+
+    def figures(self, fine):
+        (f,) = lab.failover_figures(transfer(fine), self.BASE, None)
+        return f
+
+    def test_back_where_it_was_before_growing_past_it(self):
+        f = self.figures(series((0, 10, 1.5), (10, 10.4, 0.0), (10.4, 11.6, 1.5), (11.6, 20, 2.0)))
+        self.assertEqual(f["pre_outage_goodput_mbit"], 1.5)
+        self.assertEqual(f["back_to_pre_outage_s"], 0.6)
+        self.assertEqual(f["recovery_s"], 1.8)
+
+    def test_never_back_where_it_was(self):
+        f = self.figures(series((0, 10, 1.5), (10, 20, 1.0)))
+        self.assertIsNone(f["back_to_pre_outage_s"])
+        self.assertIsNone(f["recovery_s"])
+
+    def test_not_given_where_the_links_left_are_slower(self):
+        base = {"dsl": 0.2, "cable": 1.3, "lte": 1.0}
+        (f,) = lab.failover_figures(transfer(series((0, 10, 1.5), (10, 20, 1.0))), base, None)
+        self.assertNotIn("back_to_pre_outage_s", f)
+        self.assertEqual(f["recovery_s"], 0.2)
+
+    def test_the_summary_says_what_it_is_measured_against(self):
+        f = {"value": 0.6, "unit": "s", "status": "info", "pre_outage_goodput_mbit": 1.5}
+        self.assertEqual(lab.fmt_value(f), "0.6 s (back to 90% of the 1.5 Mbit/s before the outage)")
+
+if __name__ == "__main__":
+    unittest.main()
