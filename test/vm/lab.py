@@ -1058,10 +1058,9 @@ def configured_rtt_ms(link):
 def move_loss_chain_on(k):
     """Sends LOSS_CHAIN_FLUSH_PACKETS pings over link k (each out and back), so that a
     per-packet loss model left in its bad state by the last transfer leaves it."""
-    out = nsx("cpe", "ping", "-q", "-c", str(LOSS_CHAIN_FLUSH_PACKETS), "-i", "0.01", "-W", "1", "-I",
-              f"10.98.{k}.2", f"10.98.{k}.1", capture=True, check=False)
-    got = re.search(r"(\d+) packets transmitted, (\d+) received", out or "")
-    log(f"link {k}: " + (f"{got.group(2)} of {got.group(1)} pings came back" if got else "ping gave no summary"))
+    st = ping_stats(nsx("cpe", "ping", "-c", str(LOSS_CHAIN_FLUSH_PACKETS), "-i", "0.01", "-W", "1", "-I",
+                        f"10.98.{k}.2", f"10.98.{k}.1", capture=True, check=False) or "")
+    log(f"link {k}: {st['samples']} of {LOSS_CHAIN_FLUSH_PACKETS} pings came back")
 
 
 def idle_rtt_implausible(link, idle):
@@ -1206,15 +1205,15 @@ class Run:
                 self.restart_fluctuation(f"baseline-{d}")
                 smp = Sampler(self.topo)
                 smp.start()
-                res, tries = {}, {}
+                res = {}
 
                 def one(l, k=None):
                     k = l["index"]
                     for attempt in range(BASELINE_ATTEMPTS):
-                        tries[k] = attempt + 1
                         res[k] = run_iperf(self.procs, self.work, "cpe", "hub", f"10.98.{k}.1", 5200 + 10 * k +
                                            (0 if d == "up" else 5) + attempt, secs, reverse=(d == "down"),
                                            bind=f"10.98.{k}.2", congestion=BASELINE_CC)
+                        res[k]["_attempts"] = attempt + 1
                         # A lossy link can lose the connection's SYN and its retries within
                         # iperf3's 5-s connect timeout, or break iperf3's own control
                         # connection mid-test (the lossy scenario's bursty loss did each,
@@ -1238,7 +1237,7 @@ class Run:
                     if j.get("error") or j["_rc"] != 0:
                         raise LabError(f"baseline iperf3 on {l['name']} {d} failed: {j.get('error')}")
                     b[d]["baseline_mbit"] = round(iperf_goodput(j)[0], 3)
-                    b[d]["baseline_attempts"] = tries.get(l["index"], 1)
+                    b[d]["baseline_attempts"] = j.get("_attempts", 1)
                     b[d]["baseline_cpu_bound"] = cpu["cpu_bound"]
                     b[d]["baseline_cpu"] = cpu
         for l, b in zip(self.sc["links"], bs):
@@ -1748,7 +1747,7 @@ bpf:
             t_out = e["applied_at"]
             t_up = next((x["applied_at"] for x in applied if x["action"] == "up" and x["link"] == e["link"]
                          and x["applied_at"] > t_out), None)
-            before = [v for t, v in fine if t_out - 5 <= t <= t_out]
+            before = [v for t, v in fine if t_out - PRE_OUTAGE_S <= t <= t_out]
             ref = sum(before) / len(before) if before else 0
             run = best = 0.0
             prev_t = None
@@ -2237,7 +2236,8 @@ def sender_retransmits(t, lo, hi):
     return sum(x["retransmits"] for x in snd if lo < x["t"] <= hi)
 
 
-# The span before an outage whose goodput is "where the flow was" (back_to_pre_outage_s).
+# The span before an outage whose goodput is "where the flow was": the reference of its
+# stall (before_mbit) and of back_to_pre_outage_s.
 PRE_OUTAGE_S = 5.0
 
 
