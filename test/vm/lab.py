@@ -103,7 +103,7 @@ SCRAPE_LOADED_S = float(os.environ.get("LAB_SCRAPE_LOADED_S", "0.3"))
 # The baselines' TCP congestion control (one flow per link, no tunnel).
 BASELINE_CC = os.environ.get("LAB_BASELINE_CC", "cubic")
 # iperf3 errors of a baseline (a link alone, no aggd) that say the link's loss broke
-# iperf3's own connections rather than anything about the link's rate: tried once more.
+# iperf3's own connections rather than anything about the link's rate: tried again.
 BASELINE_RETRY_ERRORS = ("unable to connect", "control socket has closed unexpectedly")
 BASELINE_ATTEMPTS = 3
 # Packets sent through a link, both ways, before a baseline is tried again: netem's
