@@ -455,25 +455,52 @@ func (e *Estimator) Update(s Sample) {
 		// Application-limited: the link's limit was not reached, so keep what we know.
 		e.phase = PhaseIdle
 		e.liftCapacity(delivered)
-		switch {
-		case e.startup && (e.bondQueueing(s) || s.BondLoaded) && e.queue <= relativeQueue:
-			// Unmeasured, unused, and the sender wants more than the links it uses
-			// carry: double the assumed rate anyway, or the link never gets the
-			// traffic its startup needs. A link starts at StartRate, and the
-			// earliest-arrival scheduler gives a 0.25 Mbit/s link a packet only when
-			// the others' queues are 48 ms long. A link too fast for its probe train
-			// (the daemon cannot send the probes faster than it passes them) next to
-			// one with a configured 30 Mbit/s carried nothing while the TCP flow ran
-			// on the 30 Mbit/s link alone (TestUnmeasurableFastLinkIsUsed); in CI a
-			// 60 Mbit/s link whose train failed carried 1 % of a flow for a whole
-			// test. idleStartupCeiling bounds this blind growth (a backup link stays
-			// unused for good); traffic takes over from there.
-			e.rate = math.Max(e.rate, math.Min(2*e.rate, idleStartupCeiling))
-		case e.kf.valid():
+		if !e.growBlind(s, e.queue) && e.kf.valid() {
 			e.rate = math.Max(e.rate, math.Min(e.kf.x, e.rate*(1+recoverGain)))
 		}
 	}
 	e.rate = e.clamp(e.rate)
+}
+
+// growBlind doubles the assumed rate of a link that is unmeasured and unused while the
+// sender wants more than the links it uses carry (queue is the link's own queue in the
+// period), and tells whether it did. Without it the link never gets the traffic its
+// startup needs: a link starts at StartRate, and the earliest-arrival scheduler gives a
+// 0.25 Mbit/s link a packet only when the others' queues are 48 ms long. A link too fast
+// for its probe train (the daemon cannot send the probes faster than it passes them)
+// next to one with a configured 30 Mbit/s carried nothing while the TCP flow ran on the
+// 30 Mbit/s link alone (TestUnmeasurableFastLinkIsUsed); in CI a 60 Mbit/s link whose
+// train failed carried 1 % of a flow for a whole test. idleStartupCeiling bounds this
+// blind growth (a backup link stays unused for good); traffic takes over from there.
+func (e *Estimator) growBlind(s Sample, queue time.Duration) bool {
+	if !e.startup || !(e.bondQueueing(s) || s.BondLoaded) || queue > relativeQueue {
+		return false
+	}
+	e.rate = e.clamp(math.Max(e.rate, math.Min(2*e.rate, idleStartupCeiling)))
+	return true
+}
+
+// Unsampled takes a feedback period that completed no sample of the link: it carried
+// fewer than MinSamplePackets packets since its last sample, which therefore goes on
+// (up to a second). s is that period: the bond's state in it (LeastQueue, MostQueue and
+// BondLoaded, from the samples it completed on the other links) and the link's queue
+// so far in the sample, if any of its packets arrived (HaveQueue).
+//
+// An unmeasured link grows blindly here as on a sample (growBlind): its samples are
+// exactly the long ones while it carries nothing, and growing once per sample grew it
+// once a second. In CI a 60 Mbit/s link whose probe trains failed, next to a 30 Mbit/s
+// link a train had measured, carried almost nothing for the first 3.5 s of an 8-s
+// downstream flow (0.25 to 2 Mbit/s, a second per doubling, while the 30 Mbit/s link
+// held a 3-4 ms queue that was never long enough for the scheduler to try the slower
+// one), and the bond fell below its best link.
+func (e *Estimator) Unsampled(s Sample) {
+	queue := e.queue
+	if s.HaveQueue {
+		queue = max(0, s.Queue)
+	}
+	if e.growBlind(s, queue) {
+		e.phase = PhaseIdle
+	}
 }
 
 // saturated tells whether the link's bottleneck was busy all period (call it once per

@@ -552,6 +552,53 @@ func TestIdleUnmeasuredLinkGrowsWhileTheBondQueues(t *testing.T) {
 	}
 }
 
+// A feedback period that completes no sample of an unmeasured, unused link (it carried
+// fewer than MinSamplePackets packets, so its sample goes on for up to a second) grows
+// it as a sample would, once per period: grown once per sample, a link next to a
+// measured one took a second per doubling. Not while its own packets queue, not while
+// the bond has room, not once it has a measure.
+func TestUnsampledPeriodGrowsAnUnmeasuredLink(t *testing.T) {
+	wanting := Sample{Interval: 100 * time.Millisecond, BondLoaded: true}
+	e := New(Config{})
+	for i := 1; i <= 4; i++ {
+		e.Unsampled(wanting)
+		if want := StartRate * float64(int(1)<<i); e.Rate() != want || !e.InStartup() {
+			t.Fatalf("after %d periods with the bond loaded: rate %.0f (startup %v), want %.0f", i, e.Rate(), e.InStartup(), want)
+		}
+	}
+	for range 10 {
+		e.Unsampled(wanting)
+	}
+	if e.Rate() != idleStartupCeiling {
+		t.Errorf("blind growth reached %.0f, want the ceiling %.0f", e.Rate(), idleStartupCeiling)
+	}
+
+	queueing := New(Config{})
+	queued := Sample{Interval: 100 * time.Millisecond, MostQueue: 20 * time.Millisecond, HaveQueue: true, Queue: 3 * time.Millisecond}
+	queueing.Unsampled(queued)
+	if queueing.Rate() != StartRate {
+		t.Errorf("its own packets queued 3 ms: grew to %.0f", queueing.Rate())
+	}
+	queued.Queue = 0
+	queueing.Unsampled(queued)
+	if queueing.Rate() != 2*StartRate {
+		t.Errorf("another link queues, its own packets do not: rate %.0f, want %.0f", queueing.Rate(), 2*StartRate)
+	}
+
+	roomy := New(Config{})
+	roomy.Unsampled(Sample{Interval: 100 * time.Millisecond})
+	if roomy.Rate() != StartRate {
+		t.Errorf("the bond had room: grew to %.0f", roomy.Rate())
+	}
+
+	trained := New(Config{})
+	trained.Train(1e6)
+	trained.Unsampled(wanting)
+	if trained.Rate() != 1e6 {
+		t.Errorf("a link with a train's measure grew blindly to %.0f", trained.Rate())
+	}
+}
+
 // A reload's new prior starts the estimate again from it, whatever was measured under
 // the old one, and caps it; a removed prior lifts the cap and keeps the estimate.
 func TestRestartTakesTheNewPrior(t *testing.T) {

@@ -7,7 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/aggd/aggd/internal/estimate"
 	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/sched"
 	"github.com/aggd/aggd/internal/wire"
 )
 
@@ -85,5 +87,44 @@ func TestSampleLossesAreThePeersGaps(t *testing.T) {
 	}
 	if _, lost, _ = report(300*time.Millisecond, 25, 3); lost != 3 {
 		t.Errorf("the peer found 3 packets missing: the sample lost %d", lost)
+	}
+}
+
+// A link whose probe train measured nothing starts at estimate.StartRate; next to a
+// link a train did measure, which takes a whole TCP flow with only a few milliseconds of
+// queue, the scheduler gives it nothing, so it completes no sample for a second at a
+// time. Every report in which the bond is loaded still doubles its assumed rate, so the
+// scheduler tries it within a few hundred milliseconds, not seconds. A standby link
+// (it waits for the primaries to fail) does not grow so.
+func TestUnusedUnmeasuredLinkGrowsPerReport(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	t.Cleanup(s.close)
+	drop := func(*link, []byte) error { return nil }
+	busy := s.addLink(LinkSpec{ID: 0, Name: "cable", TxRate: 30e6}, drop)
+	unused := s.addLink(LinkSpec{ID: 1, Name: "fibre"}, drop)
+	standby := s.addLink(LinkSpec{ID: 2, Name: "lte", Class: sched.ClassBackup}, drop)
+	now := time.Now()
+	for _, l := range []*link{busy, unused, standby} {
+		l.onReply(now, 2*time.Millisecond)
+	}
+	var busyRx uint32
+	report := func(i int) {
+		busy.txData.Add(30e6 / 8 / 10) // the busy link was given its whole rate
+		busyRx += 250
+		s.onFeedback(now.Add(time.Duration(i)*100*time.Millisecond), uint32(i)*100_000, wire.FeedbackBody{Counter: uint64(i), Links: []wire.LinkReport{
+			{LinkID: 0, RxPackets: busyRx, RxBytes: uint64(busyRx) * 1500, HighestLinkSeq: busyRx, OWDMinMicros: 3000, OWDLastMicros: 5000},
+			{LinkID: 1, RxPackets: 1, RxBytes: 80, HighestLinkSeq: 1, OWDMinMicros: 1000, OWDLastMicros: 1000}, // one probe, long ago
+			{LinkID: 2, RxPackets: 1, RxBytes: 80, HighestLinkSeq: 1, OWDMinMicros: 1000, OWDLastMicros: 1000},
+		}})
+	}
+	report(1) // starts the samples
+	for i := 2; i <= 6; i++ {
+		report(i) // each completes a sample of the busy link, loaded
+	}
+	if got, want := unused.assumedRate(), estimate.StartRate*32; got != want {
+		t.Errorf("after five loaded reports the unused link's assumed rate is %.2f Mbit/s, want %.2f (doubled in each)", got/1e6, want/1e6)
+	}
+	if got := standby.assumedRate(); got != estimate.StartRate {
+		t.Errorf("the standby link grew to %.2f Mbit/s while the primaries carried the flow", got/1e6)
 	}
 }

@@ -162,7 +162,7 @@ type period struct {
 // onFeedback hands each link its report, then the estimators their samples: together,
 // because each needs the least queue among all the links that carried traffic.
 func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackBody) {
-	var periods []period
+	var periods, unsampled []period
 	s.feedbackMu.Lock()
 	defer s.feedbackMu.Unlock()
 	// FEEDBACK goes out on whichever link is best at the moment, so an older one can
@@ -199,6 +199,9 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 		}
 		smp, ok := fl.onFeedback(now, peerTime, r, others > 0)
 		if !ok {
+			if smp.Interval > 0 {
+				unsampled = append(unsampled, period{fl, smp})
+			}
 			continue
 		}
 		periods = append(periods, period{fl, smp})
@@ -216,6 +219,14 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 	for i, p := range periods {
 		smps[i].BondLoaded = bondLoaded
 		p.l.estimate(smps[i])
+	}
+	// The links whose samples go on see the bond's state too (Estimator.Unsampled).
+	for _, p := range unsampled {
+		if len(smps) == 0 {
+			break // no link completed a sample: nothing is known of the bond
+		}
+		p.smp.LeastQueue, p.smp.MostQueue, p.smp.BondLoaded = smps[0].LeastQueue, smps[0].MostQueue, bondLoaded
+		p.l.unsampled(p.smp)
 	}
 	// A report that shows a busy link's data stopped arriving, or owed on it, acts now,
 	// not at the next tick (quiet.go).

@@ -540,7 +540,8 @@ func boolGauge(b bool) float64 {
 
 // onFeedback turns the peer's cumulative counters for this link into a delivery rate,
 // a loss ratio and the link's one-way-delay floor, and returns an estimator sample once
-// the reports since the last one add up to one (ok false until then). A sample spans
+// the reports since the last one add up to one (ok false until then, with the sample so
+// far, if one has started). A sample spans
 // at least estimate.MinSamplePackets packets or maxSampleSpan: a slow link (an ADSL
 // upstream carries one or two packets per report period) is measured over several
 // periods instead of never. peerTime is the FEEDBACK's own timestamp, on the peer's
@@ -581,9 +582,6 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 	}
 	span := time.Duration(peerTime-l.smpPeerTime) * time.Microsecond
 	pkts := r.RxPackets - l.smpReport.RxPackets
-	if pkts < estimate.MinSamplePackets && span < maxSampleSpan {
-		return smp, false
-	}
 	smp = estimate.Sample{
 		Interval: span, Delivered: r.RxBytes - l.smpReport.RxBytes, Packets: pkts, Sent: sent - l.smpSent,
 		Lost:    r.Lost - l.smpReport.Lost,
@@ -593,6 +591,9 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 	if l.smpHaveOWD {
 		floor, _ := l.floorLocked()
 		smp.Queue, smp.HaveQueue = time.Duration(l.smpMinOWD-floor)*time.Microsecond, true
+	}
+	if pkts < estimate.MinSamplePackets && span < maxSampleSpan {
+		return smp, false // the sample so far, for Estimator.Unsampled
 	}
 	l.startSample(r, peerTime, sent, blocked)
 	return smp, true
@@ -659,6 +660,24 @@ func (l *link) estimate(smp estimate.Sample) {
 		l.log.Info("link capacity estimate", "mbit_s", round2(c/1e6), "was_mbit_s", round2(l.loggedCap/1e6),
 			"queue", l.est.Queue().Round(time.Millisecond), "phase", l.est.Phase())
 		l.loggedCap = c
+	}
+}
+
+// unsampled hands the estimator a feedback period that completed no sample of the link
+// (Estimator.Unsampled), if the link is in the schedule as a primary: a standby link
+// waits for the primaries to fail, and one that is down for its probes.
+func (l *link) unsampled(smp estimate.Sample) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.state.inSchedule() || l.isStandbyLocked() {
+		return
+	}
+	was := l.est.Rate()
+	l.est.Unsampled(smp)
+	if l.est.Rate() != was {
+		l.log.Debug("unmeasured link grows while the bond wants more", "rate_mbit_s", round2(l.est.Rate()/1e6),
+			"was_mbit_s", round2(was/1e6), "queue", smp.Queue, "have_queue", smp.HaveQueue,
+			"least_queue", smp.LeastQueue, "most_queue", smp.MostQueue, "bond_loaded", smp.BondLoaded)
 	}
 }
 
