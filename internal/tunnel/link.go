@@ -90,8 +90,6 @@ type link struct {
 	smpBlocked  uint64
 	smpMinOWD   int32
 	smpHaveOWD  bool
-	// reportSent is txData at the last report: whether we sent the link anything since.
-	reportSent uint64
 	// est turns the peer's reports into the rate the scheduler assumes (capacity,
 	// queueing control); the configured rates are its prior and cap.
 	est       *estimate.Estimator
@@ -567,7 +565,6 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 		}
 	}
 	l.quiet.mark(now, l.txPkts.Load(), l.sentLinkSeq())
-	arrived := r.RxPackets != l.prevReport.RxPackets
 	l.prevReport, l.prevAt = r, now
 	if r.OWDMinMicros != 0 { // owdMin is per report period: set only if data arrived in it
 		l.updateFloor(now, r.OWDMinMicros)
@@ -579,8 +576,6 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 		l.m.jitter.Set(l.jitterUs / 1e6)
 	}
 	sent, blocked := l.txData.Load(), l.blockedNs.Load()
-	idle := !arrived && sent == l.reportSent
-	l.reportSent = sent
 	if !l.smpStarted {
 		l.startSample(r, peerTime, sent, blocked)
 		return smp, false
@@ -598,17 +593,6 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 		smp.Queue, smp.HaveQueue = time.Duration(l.smpMinOWD-floor)*time.Microsecond, true
 	}
 	if pkts < estimate.MinSamplePackets && span < maxSampleSpan {
-		if idle {
-			// A period in which we sent the link nothing and nothing arrived is idle
-			// time, which a sample must not begin with: its delivery rate would be
-			// spread over time the link was not used. A burst after it that queued
-			// (a suspect link's packets in flight, copied to an unused one at once)
-			// then measured as the link's capacity, and ended its startup: in an e2e
-			// run two links of 10 and 60 Mbit/s came out of their first second of a
-			// downstream flow at 0.17 Mbit/s, where nothing ever sent them enough to
-			// measure them again (BENCHMARKS.md, "An unused link grown once a second").
-			l.startSample(r, peerTime, sent, blocked)
-		}
 		return smp, false // the sample so far, for Estimator.Unsampled
 	}
 	l.startSample(r, peerTime, sent, blocked)
