@@ -220,13 +220,13 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 		smps[i].BondLoaded = bondLoaded
 		p.l.estimate(smps[i])
 	}
-	// The links whose samples go on see the bond's state too (Estimator.Unsampled).
-	for _, p := range unsampled {
-		if len(smps) == 0 {
-			break // no link completed a sample: nothing is known of the bond
+	// The links whose samples go on see the bond's state too (Estimator.Unsampled), if
+	// some link completed a sample to tell it (SetBondQueues set the same on each).
+	if len(smps) > 0 {
+		for _, p := range unsampled {
+			p.smp.LeastQueue, p.smp.MostQueue, p.smp.BondLoaded = smps[0].LeastQueue, smps[0].MostQueue, bondLoaded
+			p.l.unsampled(p.smp)
 		}
-		p.smp.LeastQueue, p.smp.MostQueue, p.smp.BondLoaded = smps[0].LeastQueue, smps[0].MostQueue, bondLoaded
-		p.l.unsampled(p.smp)
 	}
 	// A report that shows a busy link's data stopped arriving, or owed on it, acts now,
 	// not at the next tick (quiet.go).
