@@ -459,6 +459,21 @@ type fakeSessionPath struct {
 	// programmed: the last Program call's state.
 	offered    bool
 	programmed *TxState
+	// sentSince: what the kernel sent on each link since the last TxDelta.
+	sentSince map[uint8]TxDelta
+}
+
+// send has the kernel send n packets on link id: they take link sequence numbers and
+// show in the next TxDelta.
+func (f *fakeSessionPath) send(id uint8, n int) {
+	if f.sentSince == nil {
+		f.sentSince = map[uint8]TxDelta{}
+	}
+	d := f.sentSince[id]
+	d.Packets += uint64(n)
+	d.Bytes += uint64(n) * 1400
+	f.sentSince[id] = d
+	f.linkNext += uint32(n)
 }
 
 func (f *fakeSessionPath) TakeSeq() uint32          { f.next++; return f.next - 1 }
@@ -475,8 +490,12 @@ func (f *fakeSessionPath) HandbackPending() bool      { return f.pending }
 func (f *fakeSessionPath) Idle(_ uint32, empty bool)  { f.offered = empty }
 func (f *fakeSessionPath) Resync() (bool, uint32)     { return false, 0 }
 func (f *fakeSessionPath) RxDelta() map[uint8]RxDelta { return nil }
-func (f *fakeSessionPath) TxDelta() map[uint8]TxDelta { return nil }
-func (f *fakeSessionPath) Close()                     {}
+func (f *fakeSessionPath) TxDelta() map[uint8]TxDelta {
+	d := f.sentSince
+	f.sentSince = nil
+	return d
+}
+func (f *fakeSessionPath) Close() {}
 func (f *fakeSessionPath) SentOn(_ uint8, after, through uint32) ([]SentEntry, bool) {
 	f.asked = [2]uint32{after, through}
 	var out []SentEntry

@@ -9,9 +9,10 @@ package tunnel
 //
 // So each FEEDBACK is also a verdict on every busy link: if we had sent at least
 // busyQuietPackets packets on it, one smoothed RTT (plus a margin) before the report
-// arrived, beyond what earlier reports already covered, half of them in the span the
-// report newly covers (we were still sending), and the report shows nothing new arriving
-// on it but data arriving on another link, the report is quiet. One quiet report makes
+// arrived, beyond what earlier reports already covered (by our count and by the highest
+// link sequence number the peer reports), half of them in the span the report newly
+// covers (we were still sending), and the report shows nothing new arriving on it but
+// data arriving on another link, the report is quiet. One quiet report makes
 // the link suspect, a second in a row (about one report period later, and again with
 // packets sent into the silence) takes it down. A link that delivers anything at
 // all in a report period is never quiet: a slow or deeply queued link still delivers
@@ -183,6 +184,12 @@ func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, p
 		return 0
 	}
 	if sent < q.confirmed+busyQuietPackets { // also after reset, when older marks count less than confirmed
+		return 0
+	}
+	if q.behind < busyQuietPackets {
+		// The peer's highest number shows the packets arrived: confirmed, taken at the
+		// last mark before the previous report's reach, can miss up to a tick of
+		// packets that report showed arriving (TestPacketsThePeerReportedAreNotOwed).
 		return 0
 	}
 	q.reports++

@@ -222,6 +222,7 @@ func TestAStalledPeerIsNoVerdict(t *testing.T) {
 			b.onReply(at, 10*time.Millisecond)
 			for _, l := range []*link{a, b} {
 				l.txPkts.Add(12)
+				l.txLinkSeq.Add(12) // link numbers count the packets
 				l.checkHealth(at.Add(-50*time.Millisecond), rigSuspectAfter, rigDownAfter)
 			}
 			if i < 5 {
@@ -231,8 +232,8 @@ func TestAStalledPeerIsNoVerdict(t *testing.T) {
 				rxB += 12
 			}
 			s.onFeedback(at, uint32(i+1)*100_000, wire.FeedbackBody{Links: []wire.LinkReport{
-				{LinkID: 0, RxPackets: rxA, RxBytes: uint64(rxA) * 1500},
-				{LinkID: 1, RxPackets: rxB, RxBytes: uint64(rxB) * 1500},
+				{LinkID: 0, RxPackets: rxA, RxBytes: uint64(rxA) * 1500, HighestLinkSeq: rxA},
+				{LinkID: 1, RxPackets: rxB, RxBytes: uint64(rxB) * 1500, HighestLinkSeq: rxB},
 			}})
 			wentDown = wentDown || !a.isUp()
 		}
@@ -453,5 +454,70 @@ func TestAnOldLossIsNotOwedForGood(t *testing.T) {
 	}
 	if took := freeAt - lost; took > staleOwed+300*time.Millisecond {
 		t.Errorf("the lost packets were owed until %v after they were sent; want about staleOwed (%v)", took, staleOwed)
+	}
+}
+
+// What the kernel sent on a link counts at the tick after it, not at the tick after
+// that: a report that confirms the packets must find them in the tick's mark. With the
+// mark taken before the tick merged the kernel's counts, a report that showed all of a
+// burst arriving confirmed none of it, and the next report, with nothing new on the
+// now idle link, owed the whole burst: the link went suspect and its traffic was
+// copied (the e2e split test's fast path, at the start of each transfer).
+func TestKernelSendsCountAtTheTickAfterThem(t *testing.T) {
+	s, l, fp := fastSessionWithLink()
+	other := s.addLink(LinkSpec{ID: 4, Name: "cable"}, func(*link, []byte) error { return nil })
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, k := range []*link{l, other} {
+		k.onReply(t0, time.Millisecond)
+		k.setState(stateUp)
+		k.est.Train(30e6)
+	}
+	report := func(ms int, rx, otherRx uint32) {
+		s.onFeedback(at(ms), uint32(ms*1000), wire.FeedbackBody{Links: []wire.LinkReport{
+			{LinkID: 3, RxPackets: rx, RxBytes: uint64(rx) * 1456, HighestLinkSeq: rx},
+			{LinkID: 4, RxPackets: otherRx, RxBytes: uint64(otherRx) * 1456},
+		}})
+	}
+	for ms := 0; ms <= 100; ms += 100 {
+		l.onReply(at(ms), time.Millisecond)
+		other.onReply(at(ms), time.Millisecond)
+		s.tick(at(ms))
+		report(ms+1, 0, 0)
+	}
+	fp.send(3, 26) // a burst at 150 ms, all of it delivered by the report at 201
+	l.onReply(at(200), time.Millisecond)
+	s.tick(at(200))
+	if sent, _ := l.quiet.sentBy(at(200)); sent != 26 {
+		t.Errorf("the tick at 200 ms marked %d packets sent, want the 26 the kernel sent before it", sent)
+	}
+	report(201, 26, 30)
+	l.onReply(at(300), time.Millisecond)
+	s.tick(at(300))
+	report(301, 26, 60) // nothing new on the link: nothing was sent since the burst
+	s.tick(at(302))
+	if l.isSuspect() || l.quietReports() > 0 {
+		t.Errorf("a link whose burst was all delivered is suspect after a report with nothing new (quiet reports %d)", l.quietReports())
+	}
+}
+
+// A report that shows a link's packets all arrived confirms them, even those sent
+// after the last mark before the report's reach (marks come once per tick and
+// report): the next report, with nothing new on the link because the sender moved
+// its traffic elsewhere, owes nothing. It did, by the sent-packet count alone, and a
+// 10 Mbit/s link carrying a trickle of ACKs went suspect as two faster links took them
+// over (the e2e split test, fast path).
+func TestPacketsThePeerReportedAreNotOwed(t *testing.T) {
+	r := newQuietRig(t, 20*time.Millisecond)
+	r.l.mu.Lock()
+	r.l.est.Train(10e6)
+	r.l.mu.Unlock()
+	for range 20 {
+		r.step(10, 20, true)
+	}
+	for range 20 { // the traffic moved to other links; those deliver
+		if st := r.step(0, 0, true); st != stateUp {
+			t.Fatalf("at %v, after its traffic moved elsewhere with all of it delivered: %v (%s)", r.now, st, r.cause)
+		}
 	}
 }
