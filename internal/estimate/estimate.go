@@ -163,6 +163,9 @@ type Sample struct {
 	// Jitter is the link's usual spread of one-way delay within a period (smoothed),
 	// which a queue must exceed before it counts against the link.
 	Jitter time.Duration
+	// Idle is how much of the interval lay in report periods that showed nothing
+	// arriving on the link: a sample spans several when the link carries little.
+	Idle time.Duration
 	// BondLoaded: every link that carried data in the period was given about all its
 	// assumed rate (Loaded), so the sender offered the bond all it would take. With
 	// a link's rate a configured cap, or the bond's excess waiting at its entry, the
@@ -197,6 +200,13 @@ func SetBondQueues(smps []Sample) (least time.Duration) {
 		smps[i].LeastQueue, smps[i].MostQueue = least, most
 	}
 	return least
+}
+
+// mostlyIdle tells whether more than half the sample lay in report periods with
+// nothing arriving on the link. A link busy all along delivers something in every
+// period (a 0.2 Mbit/s ADSL upstream a full-size packet every 60 ms).
+func (s Sample) mostlyIdle() bool {
+	return s.Idle > s.Interval/2
 }
 
 // Loaded tells whether a link was given about all of rate (bits/s) in the sample.
@@ -257,6 +267,8 @@ type Estimator struct {
 	// aboveBits: bit i set = the queue of the sample i samples ago was clearly above
 	// the least-queued link's (the last three samples).
 	aboveBits uint8
+	// satBits: bit i set = the sample i samples ago was saturated (the last three).
+	satBits uint8
 	// policedLast: the previous period lost much of what it was sent, without a queue.
 	policedLast bool
 	kf          kalman
@@ -359,7 +371,7 @@ func (e *Estimator) Update(s Sample) {
 	}
 	policed := false
 	defer func() { e.policedLast = policed }()
-	saturated := e.saturated(s) // once per sample: it keeps state across samples
+	saturated, sure := e.saturated(s) // once per sample: it keeps state across samples
 	if saturated {
 		// Probing starts small again after a queue. Only a queue resets it: samples in
 		// which the link merely was not probed (no other link queued, or the sender
@@ -389,8 +401,28 @@ func (e *Estimator) Update(s Sample) {
 	// now, however little we gave it.
 	appLimited := !s.Loaded(e.given()) && !s.vanished() && !e.queuesAlone(s) ||
 		e.trained && sent < tinyFrac*e.kf.x
+	// A startup ends on a queue seen in two samples of the last three, not one: the
+	// queue of a single period can be the receiving host's lag. In an e2e run a 60
+	// Mbit/s link carrying the other direction's ACKs (0.8 Mbit/s, "loaded" against
+	// half its doubled startup rate) showed 6.5 ms for one period, left startup
+	// measured at 1.2 Mbit/s, and then probed up a few percent a period while the
+	// bond fell below its best link. A real overshoot still queues at the next sample,
+	// at the rate brought back to what the link delivered (below).
+	unsure := e.startup && !sure
 	switch {
-	case saturated && appLimited:
+	case saturated && s.mostlyIdle():
+		// A queue at the end of a sample the link idled through: a burst, such as a
+		// suspect link's packets in flight copied to it at once. What it delivered,
+		// spread over the idle time, is no capacity: taken for one, it measured an
+		// unused 60 Mbit/s link at 0.17 and ended its startup there, where nothing ever
+		// sent it enough to measure it again (BENCHMARKS.md, "Three false
+		// measures"). The queue drains the rate of a measured link; startup goes on.
+		e.phase = PhaseDrain
+		e.liftCapacity(delivered)
+		if !e.startup && e.kf.valid() {
+			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue)))
+		}
+	case saturated && (appLimited || unsure):
 		e.phase = PhaseDrain
 		e.liftCapacity(delivered)
 		switch {
@@ -509,15 +541,29 @@ func (e *Estimator) Unsampled(s Sample) {
 // target or clearly above the least-queued link's (a link with a millisecond or two of
 // standing queue, where the others have none, is the one the sender is waiting for,
 // even if its buffer is too shallow ever to reach the target).
-func (e *Estimator) saturated(s Sample) bool {
+//
+// sure says whether the sign held in two of the last three samples, this one included
+// (the relative sign must, to count at all).
+func (e *Estimator) saturated(s Sample) (sat, sure bool) {
+	sat, sure = e.saturatedNow(s)
+	e.satBits = (e.satBits << 1) & 0b111
+	if sat {
+		e.satBits |= 1
+	}
+	return sat, sure || bits.OnesCount8(e.satBits) >= 2
+}
+
+// saturatedNow is saturated's verdict on one sample, and whether the relative sign
+// made it (which is sure already).
+func (e *Estimator) saturatedNow(s Sample) (sat, sure bool) {
 	if s.Stalled > time.Duration(stalledFrac*float64(s.Interval)) {
-		return true
+		return true, false
 	}
 	if !s.HaveQueue {
-		return false
+		return false, false
 	}
 	if e.queue > e.cfg.QueueTarget+s.Jitter/2 {
-		return true // above the target by more than the link's own delay noise
+		return true, false // above the target by more than the link's own delay noise
 	}
 	// The relative sign must hold in two of the last three samples, this one included:
 	// one sample's minimum on a jittery link can sit a millisecond above its floor by
@@ -529,7 +575,8 @@ func (e *Estimator) saturated(s Sample) bool {
 	if above {
 		e.aboveBits |= 1
 	}
-	return above && bits.OnesCount8(e.aboveBits) >= 2
+	sat = above && bits.OnesCount8(e.aboveBits) >= 2
+	return sat, sat
 }
 
 // queuesAlone tells whether the link holds a standing queue of its own, far beyond

@@ -655,3 +655,63 @@ func TestJitterIsNotAQueueToProbeAgainst(t *testing.T) {
 			"want probing", r)
 	}
 }
+
+// A sample that queued only at its end, after most of it passed with nothing arriving
+// (a burst of copies on a link that was unused), is no capacity measure: the link stays
+// in startup and keeps its rate. The same delivery over samples the link was busy
+// throughout is one, and ends startup.
+func TestBurstAfterIdleTimeMeasuresNothing(t *testing.T) {
+	burst := Sample{Interval: time.Second, Delivered: 80 * 1500, Packets: 80, Sent: 254 * 1500,
+		Queue: 40 * time.Millisecond, HaveQueue: true, LeastQueue: 3 * time.Millisecond, MostQueue: 40 * time.Millisecond}
+	idle := burst
+	idle.Idle = 900 * time.Millisecond
+	e := New(Config{})
+	for range 4 {
+		e.Unsampled(Sample{Interval: 100 * time.Millisecond, BondLoaded: true}) // grown blindly to 4 Mbit/s
+	}
+	was := e.Rate()
+	e.Update(idle)
+	if !e.InStartup() || e.Rate() != was {
+		t.Errorf("a burst after 0.9 s idle: startup %v, rate %.2f Mbit/s (capacity %.2f); want startup on at %.2f",
+			e.InStartup(), e.Rate()/1e6, e.Capacity()/1e6, was/1e6)
+	}
+	busy := New(Config{})
+	busy.Update(burst)
+	busy.Update(burst)
+	if busy.InStartup() || math.Abs(busy.Capacity()-0.96e6) > 0.01e6 {
+		t.Errorf("the same delivery, busy throughout: startup %v, capacity %.2f Mbit/s; want it measured at 0.96",
+			busy.InStartup(), busy.Capacity()/1e6)
+	}
+}
+
+// A startup ends on a queue in two samples of the last three, not on one: a single
+// period's queue on a link carrying a trickle of the other direction's ACKs (the
+// receiving host was late) left a 60 Mbit/s link measured at 1.2 Mbit/s. The one
+// sample brings the rate back to what the link delivered; a second one measures it.
+func TestOneQueuedSampleEndsNoStartup(t *testing.T) {
+	e := New(Config{})
+	acks := func(queue time.Duration) Sample {
+		b := uint64(0.8e6 / 8 / 10) // 0.8 Mbit/s of ACKs, all delivered
+		return Sample{Interval: simPeriod, Delivered: b, Packets: uint32(b / 80), Sent: b + b/40,
+			Queue: queue, HaveQueue: true, LeastQueue: 90 * time.Microsecond, MostQueue: queue}
+	}
+	for e.Rate() < 2e6 {
+		e.Unsampled(Sample{Interval: simPeriod, BondLoaded: true})
+	}
+	e.Update(acks(6500 * time.Microsecond))
+	if !e.InStartup() {
+		t.Fatalf("one period with a 6.5-ms queue ended startup at %.2f Mbit/s", e.Capacity()/1e6)
+	}
+	if e.Rate() > 0.85e6 {
+		t.Errorf("after a period with a queue the rate is %.2f Mbit/s, want it back to what the link delivered (0.8)", e.Rate()/1e6)
+	}
+	e.Update(acks(20 * time.Microsecond))
+	if !e.InStartup() {
+		t.Fatal("a period without a queue after it ended startup")
+	}
+	e.Update(acks(6500 * time.Microsecond))
+	if e.InStartup() || math.Abs(e.Capacity()-0.8e6) > 0.05e6 {
+		t.Errorf("a second queued period of the last three: startup %v, capacity %.2f Mbit/s; want it measured at 0.8",
+			e.InStartup(), e.Capacity()/1e6)
+	}
+}

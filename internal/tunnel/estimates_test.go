@@ -128,3 +128,43 @@ func TestUnusedUnmeasuredLinkGrowsPerReport(t *testing.T) {
 		t.Errorf("the standby link grew to %.2f Mbit/s while the primaries carried the flow", got/1e6)
 	}
 }
+
+// Reports that show nothing arriving on a link count as its sample's idle time: a burst
+// that queued at the end of a second the link was unused (a suspect link's packets in
+// flight, copied to it at once) does not measure its capacity at what it delivered
+// over that second, nor end its startup.
+func TestBurstAfterAnIdleSecondIsNoMeasure(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	t.Cleanup(s.close)
+	drop := func(*link, []byte) error { return nil }
+	busy := s.addLink(LinkSpec{ID: 0, Name: "cable", TxRate: 30e6}, drop)
+	unused := s.addLink(LinkSpec{ID: 1, Name: "fibre"}, drop)
+	now := time.Now()
+	for _, l := range []*link{busy, unused} {
+		l.onReply(now, 2*time.Millisecond)
+	}
+	var busyRx, rx uint32
+	report := func(i int, sent uint64, arrived uint32, owd int32) {
+		busy.txData.Add(30e6 / 8 / 10)
+		unused.txData.Add(sent)
+		busyRx += 250
+		rx += arrived
+		r := wire.LinkReport{LinkID: 1, RxPackets: rx, RxBytes: uint64(rx) * 1500, HighestLinkSeq: rx}
+		if arrived > 0 {
+			r.OWDMinMicros, r.OWDLastMicros = owd, owd+5000
+		}
+		s.onFeedback(now.Add(time.Duration(i)*100*time.Millisecond), uint32(i)*100_000, wire.FeedbackBody{Counter: uint64(i), Links: []wire.LinkReport{
+			{LinkID: 0, RxPackets: busyRx, RxBytes: uint64(busyRx) * 1500, HighestLinkSeq: busyRx, OWDMinMicros: 3000, OWDLastMicros: 5000},
+			r,
+		}})
+	}
+	report(1, 1500, 1, 1000) // one packet: the link's floor, 1 ms; its sample starts here
+	for i := 2; i <= 10; i++ {
+		report(i, 0, 0, 0) // idle
+	}
+	report(11, 254*1500, 80, 41_000) // 80 of 254 copies passed the 10 Mbit/s link, 40 ms of queue
+	if !unused.est.InStartup() {
+		t.Errorf("a burst that queued after 0.9 s of idle time ended the link's startup at %.2f Mbit/s",
+			unused.est.Capacity()/1e6)
+	}
+}

@@ -82,7 +82,9 @@ type link struct {
 	peerPrior     float64 // rate prior the peer announced for its receive direction
 	peerAnnounced bool    // the peer has announced its prior and class (LINK_PARAMS)
 	// The estimator sample in progress: where it started (report, the peer's time in
-	// µs, txData, blockedNs) and the smallest one-way delay of its reports.
+	// µs, txData, blockedNs), the smallest one-way delay of its reports, and how long
+	// its reports that showed nothing arriving on the link span (estimate.Sample.Idle).
+	smpIdle     time.Duration
 	smpStarted  bool
 	smpReport   wire.LinkReport
 	smpPeerTime uint32
@@ -565,6 +567,9 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 		}
 	}
 	l.quiet.mark(now, l.txPkts.Load(), l.sentLinkSeq())
+	if l.smpStarted && r.RxPackets == l.prevReport.RxPackets {
+		l.smpIdle += now.Sub(l.prevAt)
+	}
 	l.prevReport, l.prevAt = r, now
 	if r.OWDMinMicros != 0 { // owdMin is per report period: set only if data arrived in it
 		l.updateFloor(now, r.OWDMinMicros)
@@ -587,6 +592,7 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 		Lost:    r.Lost - l.smpReport.Lost,
 		Stalled: time.Duration(blocked - l.smpBlocked),
 		Jitter:  time.Duration(l.jitterUs) * time.Microsecond,
+		Idle:    l.smpIdle,
 	}
 	if l.smpHaveOWD {
 		floor, _ := l.floorLocked()
@@ -605,7 +611,7 @@ const maxSampleSpan = time.Second
 // startSample starts the next estimator sample at this report. Caller holds mu.
 func (l *link) startSample(r wire.LinkReport, peerTime uint32, sent, blocked uint64) {
 	l.smpStarted, l.smpReport, l.smpPeerTime, l.smpSent, l.smpBlocked = true, r, peerTime, sent, blocked
-	l.smpHaveOWD = false
+	l.smpHaveOWD, l.smpIdle = false, 0
 }
 
 // reportMetrics turns one report into the link's delivery rate and loss metrics.
