@@ -168,3 +168,24 @@ func TestBurstAfterAnIdleSecondIsNoMeasure(t *testing.T) {
 			unused.est.Capacity()/1e6)
 	}
 }
+
+// A new rate prior (a reloaded config, or the peer's new announcement) shows in the
+// capacity metric at once, not when the link's next sample completes (up to a second
+// later on an idle link).
+func TestNewPriorIsPublishedAtOnce(t *testing.T) {
+	m := metrics.New()
+	cfg := testSession()
+	cfg.Peer = "hub"
+	s := newSession(cfg, m, discard, 1, func([]byte) {})
+	t.Cleanup(s.close)
+	l := s.addLink(LinkSpec{ID: 0, Name: "cable", TxRate: 10e6}, func(*link, []byte) error { return nil })
+	l.retune(LinkSpec{ID: 0, Name: "cable", TxRate: 20e6})
+	if got := gauge(m.LinkCapacity.WithLabelValues("hub", "cable")); got != 20e6 {
+		t.Errorf("after a retune to 20 Mbit/s the capacity metric shows %.2f Mbit/s", got/1e6)
+	}
+	l.setPeerPrior(8e6, sched.ClassPrimary)
+	l.setPeerPrior(5e6, sched.ClassPrimary) // the peer's config changed
+	if got := gauge(m.LinkCapacity.WithLabelValues("hub", "cable")); got != 5e6 {
+		t.Errorf("after the peer's new prior of 5 Mbit/s the capacity metric shows %.2f Mbit/s", got/1e6)
+	}
+}

@@ -727,10 +727,18 @@ func (l *link) setPeerPrior(rate float64, class sched.Class) {
 	l.peerPrior, l.peerAnnounced = rate, true
 	l.spec.Class = class
 	if renewed {
-		l.est.Restart(l.prior())
+		l.restartEstimate()
 		return
 	}
 	l.est.SetPrior(l.prior())
+}
+
+// restartEstimate starts the estimate again from the link's prior, and publishes the
+// capacity it starts from at once: the metric otherwise showed the old estimate until
+// the next sample completed, up to a second later on an idle link. Caller holds mu.
+func (l *link) restartEstimate() {
+	l.est.Restart(l.prior())
+	l.m.capacity.Set(l.est.Capacity())
 }
 
 // prior is the estimator's prior and cap: our configured rate, or the peer's announced

@@ -119,6 +119,6 @@ func (l *link) retune(spec LinkSpec) {
 	newRate := spec.TxRate != l.spec.TxRate
 	l.spec.Class, l.spec.TxRate, l.spec.RxRate, l.spec.Weight = spec.Class, spec.TxRate, spec.RxRate, spec.Weight
 	if newRate {
-		l.est.Restart(l.prior())
+		l.restartEstimate()
 	}
 }
