@@ -420,7 +420,7 @@ func (e *Estimator) Update(s Sample) {
 		e.phase = PhaseDrain
 		e.liftCapacity(delivered)
 		if !e.startup && e.kf.valid() {
-			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue)))
+			e.rate = math.Min(e.rate, e.drainedRate(s))
 		}
 	case saturated && (appLimited || unsure):
 		e.phase = PhaseDrain
@@ -437,20 +437,20 @@ func (e *Estimator) Update(s Sample) {
 			// if it was jitter, the next loaded one without a queue doubles again.
 			e.rate = math.Min(e.rate, e.kf.x)
 		case e.kf.valid():
-			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue)))
+			e.rate = math.Min(e.rate, e.drainedRate(s))
 		}
 	case saturated && s.Packets >= MinSamplePackets:
 		// Standing queue: the bottleneck never idled, so it delivered its capacity.
 		e.phase, e.startup, e.trained = PhaseDrain, false, false
 		e.kf.update(delivered)
-		e.rate = e.kf.x * drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue))
+		e.rate = e.drainedRate(s)
 	case saturated:
 		// A queue, but on too few packets to measure a rate by (a slow link in a short
 		// period, or a lone probe that waited for a busy host): the capacity estimate
 		// stays; the rate drains all the same.
 		e.phase = PhaseDrain
 		if e.kf.valid() {
-			e.rate = math.Min(e.rate, e.kf.x*drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue)))
+			e.rate = math.Min(e.rate, e.drainedRate(s))
 		}
 	case s.Loaded(e.rate) && s.vanished():
 		// Loaded, no queue, yet much of it vanished, two periods running: a policer (or
@@ -634,6 +634,13 @@ func (e *Estimator) given() float64 {
 		return e.rate / 2
 	}
 	return e.rate
+}
+
+// drainedRate is the rate for a link whose standing queue (e.queue) the sample showed
+// above the target, or above the bond's least queue if that is higher: the capacity
+// estimate, less the drain (drainFactor).
+func (e *Estimator) drainedRate(s Sample) float64 {
+	return e.kf.x * drainFactor(e.queue-max(e.cfg.QueueTarget, s.LeastQueue))
 }
 
 // drainFactor is the fraction of capacity to assume for a link whose queue is excess
