@@ -169,9 +169,9 @@ func TestBurstAfterAnIdleSecondIsNoMeasure(t *testing.T) {
 	}
 }
 
-// A new rate prior (a reloaded config, or the peer's new announcement) shows in the
-// capacity metric at once, not when the link's next sample completes (up to a second
-// later on an idle link).
+// A rate prior (configured, reloaded, or announced by the peer) shows in the capacity
+// metric at once, not when the link's next sample completes (never on a link that stays
+// idle, up to a second later on one that does not).
 func TestNewPriorIsPublishedAtOnce(t *testing.T) {
 	m := metrics.New()
 	cfg := testSession()
@@ -179,9 +179,17 @@ func TestNewPriorIsPublishedAtOnce(t *testing.T) {
 	s := newSession(cfg, m, discard, 1, func([]byte) {})
 	t.Cleanup(s.close)
 	l := s.addLink(LinkSpec{ID: 0, Name: "cable", TxRate: 10e6}, func(*link, []byte) error { return nil })
+	if got := gauge(m.LinkCapacity.WithLabelValues("hub", "cable")); got != 10e6 {
+		t.Errorf("a new link configured at 10 Mbit/s: the capacity metric shows %.2f Mbit/s", got/1e6)
+	}
 	l.retune(LinkSpec{ID: 0, Name: "cable", TxRate: 20e6})
 	if got := gauge(m.LinkCapacity.WithLabelValues("hub", "cable")); got != 20e6 {
 		t.Errorf("after a retune to 20 Mbit/s the capacity metric shows %.2f Mbit/s", got/1e6)
+	}
+	lte := s.addLink(LinkSpec{ID: 1, Name: "lte"}, func(*link, []byte) error { return nil })
+	lte.setPeerPrior(8e6, sched.ClassPrimary)
+	if got := gauge(m.LinkCapacity.WithLabelValues("hub", "lte")); got != 8e6 {
+		t.Errorf("after the peer's first prior of 8 Mbit/s the capacity metric shows %.2f Mbit/s", got/1e6)
 	}
 	l.setPeerPrior(8e6, sched.ClassPrimary)
 	l.setPeerPrior(5e6, sched.ClassPrimary) // the peer's config changed

@@ -731,13 +731,20 @@ func (l *link) setPeerPrior(rate float64, class sched.Class) {
 		return
 	}
 	l.est.SetPrior(l.prior())
+	l.publishCapacity()
 }
 
-// restartEstimate starts the estimate again from the link's prior, and publishes the
-// capacity it starts from at once: the metric otherwise showed the old estimate until
-// the next sample completed, up to a second later on an idle link. Caller holds mu.
+// restartEstimate starts the estimate again from the link's prior. Caller holds mu.
 func (l *link) restartEstimate() {
 	l.est.Restart(l.prior())
+	l.publishCapacity()
+}
+
+// publishCapacity shows the estimator's capacity in the metric. A sample publishes it
+// too; this is for the estimate's other sources (a prior, a probe train), which the
+// metric otherwise showed only when the link's next sample completed: never on a link
+// that stays idle, up to a second later on one that does not. Caller holds mu.
+func (l *link) publishCapacity() {
 	l.m.capacity.Set(l.est.Capacity())
 }
 

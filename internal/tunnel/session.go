@@ -235,6 +235,7 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 	}
 	l.est = estimate.New(estimate.Config{})
 	l.est.SetPrior(l.prior())
+	l.publishCapacity()
 	l.setState(stateProbing)
 	s.links[spec.ID] = l
 	s.rxMu.Lock()

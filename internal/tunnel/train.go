@@ -232,6 +232,7 @@ func (l *link) settleTrain() (longer bool) {
 		return false
 	}
 	l.est.Train(bps)
+	l.publishCapacity()
 	l.log.Info("link capacity measured by a probe train", "mbit_s", round2(bps/1e6),
 		"probes", l.train.probes, "replies", len(l.train.arrivals))
 	return false

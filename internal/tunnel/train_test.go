@@ -6,7 +6,18 @@ import (
 	"time"
 
 	"github.com/aggd/aggd/internal/estimate"
+	"github.com/aggd/aggd/internal/metrics"
 )
+
+// freshLink is a new link of a session that is never ticked: nothing measured, no
+// prior, its metrics those of m.
+func freshLink(t *testing.T, m *metrics.Set) *link {
+	cfg := testSession()
+	cfg.Peer = "hub"
+	s := newSession(cfg, m, discard, 1, func([]byte) {})
+	t.Cleanup(s.close)
+	return s.addLink(LinkSpec{ID: 0, Name: "cable"}, func(*link, []byte) error { return nil })
+}
 
 // arrivalsEvery returns n arrival times spaced by gap, starting at first (µs).
 func arrivalsEvery(first uint32, gap time.Duration, n int) []uint32 {
@@ -113,7 +124,8 @@ func TestTrainCapacity(t *testing.T) {
 // Replies that all arrive while the train is still being sent (a fast link, a short
 // way back) wait for our pace to be known before the train is judged.
 func TestTrainWaitsForItsPace(t *testing.T) {
-	l := &link{log: discard, est: estimate.New(estimate.Config{})}
+	m := metrics.New()
+	l := freshLink(t, m)
 	l.train = &train{outer: 28, probes: shortTrain}
 	for _, a := range arrivalsEvery(0, 7500*time.Microsecond, shortTrain) {
 		l.onTrainReply(a)
@@ -124,6 +136,11 @@ func TestTrainWaitsForItsPace(t *testing.T) {
 	l.train.pace, l.train.sendDone = 20*time.Microsecond, true
 	if l.settleTrain(); !l.train.done || l.est.InStartup() {
 		t.Errorf("settled train: done %v, estimator still in startup %v", l.train.done, l.est.InStartup())
+	}
+	// The capacity metric shows the train's measure at once, not when the link's first
+	// sample completes (never, on a link that stays idle).
+	if got, want := gauge(m.LinkCapacity.WithLabelValues("hub", "cable")), l.est.Capacity(); got != want || got == 0 {
+		t.Errorf("after the train the capacity metric shows %.2f Mbit/s, the estimate is %.2f", got/1e6, want/1e6)
 	}
 }
 
@@ -160,7 +177,7 @@ func TestIrregularTrainIsRetried(t *testing.T) {
 	}
 
 	// Nor one paced by our own sending beyond the retries; a fresh link's is retried.
-	l = &link{log: discard, est: estimate.New(estimate.Config{})}
+	l = freshLink(t, metrics.New())
 	l.train = &train{outer: 28, probes: shortTrain, sent: sent, pace: 8 * time.Millisecond, sendDone: true, arrivals: arrivalsEvery(0, 7500*time.Microsecond, shortTrain)}
 	l.settleTrain()
 	if !l.retryTrain(sent.Add(trainRetryAfter)) {
@@ -168,7 +185,7 @@ func TestIrregularTrainIsRetried(t *testing.T) {
 	}
 
 	// A measured link is not retried.
-	l = &link{log: discard, est: estimate.New(estimate.Config{})}
+	l = freshLink(t, metrics.New())
 	l.train = &train{outer: 28, probes: shortTrain, sent: sent, pace: 20 * time.Microsecond, sendDone: true, arrivals: arrivalsEvery(0, 7500*time.Microsecond, shortTrain)}
 	l.settleTrain()
 	if l.retryTrain(sent.Add(time.Minute)) {
