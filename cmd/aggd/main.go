@@ -86,8 +86,9 @@ func runDaemon(role string, args []string, stderr io.Writer) int {
 	fs.StringVar(path, "c", "/etc/aggd/"+role+".yaml", "config file (shorthand)")
 	noBPF := fs.Bool("no-bpf", false, "no BPF at all: no XDP shield, no fast path; forward in userspace")
 	fastPath := fs.Bool("fast-path", false, "forward data packets in the kernel too (as bpf.fast_path: true; experimental, see docs/fastpath.md)")
+	profileDir := fs.String("cpu-profile", "", "write a Go CPU profile of the run into this directory, as aggd-ROLE-PID.pprof (for go tool pprof)")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: aggd %s --config FILE [--no-bpf | --fast-path]\n\nRuns the %s until SIGINT or SIGTERM, then removes everything it set up.\n\n", role, role)
+		fmt.Fprintf(stderr, "Usage: aggd %s --config FILE [--no-bpf | --fast-path] [--cpu-profile DIR]\n\nRuns the %s until SIGINT or SIGTERM, then removes everything it set up.\n\n", role, role)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -100,6 +101,18 @@ func runDaemon(role string, args []string, stderr io.Writer) int {
 		return 2
 	}
 	opts := daemon.Options{NoBPF: *noBPF, FastPath: *fastPath, ConfigPath: *path}
+	if *profileDir != "" {
+		stopProfile, file, perr := startCPUProfile(*profileDir, role)
+		if perr != nil {
+			fmt.Fprintf(stderr, "aggd %s: %v\n", role, perr)
+			return 2
+		}
+		defer func() {
+			if err := stopProfile(); err != nil {
+				fmt.Fprintf(stderr, "aggd %s: writing the CPU profile %s: %v\n", role, file, err)
+			}
+		}()
+	}
 
 	var err error
 	if role == "cpe" {
