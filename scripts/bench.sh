@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 out=results/bench
 mkdir -p "$out"
 echo "bench: per-packet micro-benchmarks -> $out/micro.txt"
-go test -run '^$' -bench . -benchmem -count 1 ./internal/sched ./internal/reseq ./internal/wire ./internal/auth | tee "$out/micro.txt"
+go test -run '^$' -bench . -benchmem -count 1 ./internal/sched ./internal/reseq ./internal/wire ./internal/auth ./internal/clock | tee "$out/micro.txt"
 echo "bench: bond goodput and failover (needs root) -> $out/bond.json"
 AGGD_RESULTS="$PWD/$out" go test -run '^$' -bench BondGoodput -benchtime 1x -timeout 10m -v ./test/e2e | grep -v 'level=' | tee "$out/bond.txt"
 echo "bench: what an idle bond puts on a backup link and a primary (needs root) -> $out/idle-link.json"
