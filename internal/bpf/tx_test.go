@@ -314,9 +314,12 @@ func TestTxEncapGoldenVectors(t *testing.T) {
 			q.Set(v.Header.Seq)
 			q.SetLink(2, v.Header.LinkSeq)
 
-			before := clock.Micros32(clock.Nanos())
+			// clock.Nanos is the kernel's clock to within its uncertainty (and a
+			// microsecond's truncation).
+			slack := int64(clock.Uncertainty()) + 1000
+			before := clock.Micros32(clock.Nanos() - slack)
 			ret, out := runTx(t, tx, frameOf(inner), nil)
-			after := clock.Micros32(clock.Nanos())
+			after := clock.Micros32(clock.Nanos() + slack)
 			if ret != tcActRedirect {
 				t.Fatalf("verdict %d, want TC_ACT_REDIRECT (%d); counters %v", ret, tcActRedirect, txVerdicts(t, tx))
 			}

@@ -20,6 +20,7 @@ func kernelMonotonic(t *testing.T) int64 {
 // the kernel's lies between them.
 func TestNanosIsTheKernelsMonotonicClock(t *testing.T) {
 	u := int64(Uncertainty())
+	t.Logf("anchored to within %v", Uncertainty())
 	for range 1000 {
 		before := kernelMonotonic(t)
 		n := Nanos()
