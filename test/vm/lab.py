@@ -1125,9 +1125,14 @@ class Run:
             ver = subprocess.run([AGGD, "version"], capture_output=True, text=True, timeout=20).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             ver = "?"
+        try:  # the VM's clock device: every timer and timestamp reads it (test/vm/vm-run)
+            with open("/sys/devices/system/clocksource/clocksource0/current_clocksource") as f:
+                clock = f.read().strip()
+        except OSError:
+            clock = "?"
         return {"aggd": ver, "aggd_mtime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.path.getmtime(AGGD))),
                 "in_vm": os.environ.get("AGGD_IN_VM", "?") == "1", "kernel": os.uname().release,
-                "vcpus": os.cpu_count(), "accel_note": "qemu TCG software emulation" if os.environ.get(
+                "vcpus": os.cpu_count(), "clocksource": clock, "accel_note": "qemu TCG software emulation" if os.environ.get(
                     "AGGD_IN_VM") == "1" else "host kernel"}
 
     def show_status(self, after_s):
