@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -24,6 +25,15 @@ func arrivalsEvery(first uint32, gap time.Duration, n int) []uint32 {
 	out := make([]uint32, n)
 	for i := range out {
 		out[i] = first + uint32(i)*uint32(gap/time.Microsecond)
+	}
+	return out
+}
+
+// clumpsOfThree is a short train's arrivals in clumps of three, 20 ms apart (µs).
+func clumpsOfThree() []uint32 {
+	out := make([]uint32, shortTrain)
+	for i := range out {
+		out[i] = uint32(i/3) * 20000
 	}
 	return out
 }
@@ -95,14 +105,41 @@ func TestTrainCapacity(t *testing.T) {
 	if got, r := tr.capacity(); r == trainMeasured {
 		t.Errorf("simultaneous arrivals measured %.0f bit/s", got)
 	}
-	// Spacings that vary several-fold (a receiver processing packets in bursts): nothing.
-	bursty := arrivalsEvery(0, spacing, shortTrain)
-	for i := range bursty {
-		bursty[i] = uint32(i/2) * 2 * uint32(spacing/time.Microsecond) // pairs read together
+	// Probes stamped in pairs (a busy receiver's late NAPI poll, a shaper's late timer
+	// releasing two at once): single spacings alternate between nothing and twice the
+	// bottleneck's, and the time over two probes is the bottleneck's.
+	pairs := make([]uint32, shortTrain)
+	for i := range pairs {
+		pairs[i] = uint32(i/2) * 2 * uint32(spacing/time.Microsecond)
 	}
-	tr = &train{outer: 28, pace: 20 * time.Microsecond, arrivals: bursty}
+	tr = &train{outer: 28, pace: 20 * time.Microsecond, arrivals: pairs}
+	if got, r := tr.capacity(); r != trainMeasured || !near(got) {
+		t.Errorf("probes stamped in pairs: %.0f bit/s (%s), want %.0f", got, r, want)
+	}
+	// Clumps of three apart (a sender descheduled twice within the train): irregular at
+	// every scale a short train can time, so nothing.
+	tr = &train{outer: 28, pace: 20 * time.Microsecond, arrivals: clumpsOfThree()}
 	if got, r := tr.capacity(); r != trainIrregular {
-		t.Errorf("probes read in pairs: %.0f bit/s (%s), want %s", got, r, trainIrregular)
+		t.Errorf("probes in clumps of three: %.0f bit/s (%s), want %s", got, r, trainIrregular)
+	}
+	// A long train over a 30-Mbit/s link (373 µs per probe) on a busy host: every stamp
+	// late by up to 1 ms, at random. Single spacings vary several-fold; the time over a
+	// few probes still gives the rate.
+	busy := arrivalsEvery(0, 373*time.Microsecond, longTrain)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range busy {
+		busy[i] += uint32(rng.IntN(1000))
+	}
+	tr = &train{outer: 28, probes: longTrain, pace: 20 * time.Microsecond, arrivals: busy}
+	want30 := wire / 373e-6
+	if got, r := tr.capacity(); r != trainMeasured || got < 0.8*want30 || got > 1.25*want30 {
+		t.Errorf("a long train stamped up to 1 ms late: %.2f Mbit/s (%s), want %.2f", got/1e6, r, want30/1e6)
+	}
+	// The same link's short train is over too fast to time (2.6 ms), however irregular
+	// it came out: the long train follows at once rather than another short one.
+	tr = &train{outer: 28, probes: shortTrain, pace: 20 * time.Microsecond, arrivals: busy[:shortTrain]}
+	if got, r := tr.capacity(); r != trainTooShort {
+		t.Errorf("a busy host's 8 probes at 30 Mbit/s: %.0f bit/s (%s), want %s", got, r, trainTooShort)
 	}
 	// Over too fast for the reader's timing (8 probes at 60 Mbit/s: 1.3 ms): nothing,
 	// and a long train is due.
@@ -150,12 +187,7 @@ func TestIrregularTrainIsRetried(t *testing.T) {
 	l := &link{log: discard, est: estimate.New(estimate.Config{})}
 	sent := time.Now()
 	irregular := func() {
-		// Probes read in pairs: spacings alternate between nothing and twice the gap.
-		arr := make([]uint32, shortTrain)
-		for i := range arr {
-			arr[i] = uint32(i/2) * 15000
-		}
-		l.train = &train{outer: 28, probes: shortTrain, sent: sent, pace: 20 * time.Microsecond, sendDone: true, arrivals: arr}
+		l.train = &train{outer: 28, probes: shortTrain, sent: sent, pace: 20 * time.Microsecond, sendDone: true, arrivals: clumpsOfThree()}
 		l.settleTrain()
 	}
 	for i := range maxTrainRetries {
