@@ -136,10 +136,7 @@ func TestDataFlowsBothWaysOverEveryUplink(t *testing.T) {
 func TestRekeyUnderLoadLosesNothing(t *testing.T) {
 	// The CPE completes a handshake on the reader goroutine of the uplink the response
 	// came in on; under the race detector that takes about as long as the default hold
-	// margin, and the gap it leaves would time out. (Restored last: registered first.)
-	saved := holdMargin
-	holdMargin = 500 * time.Millisecond
-	t.Cleanup(func() { holdMargin = saved })
+	// margin, and the gap it leaves would time out: the bed's wider margin covers it.
 	p := newPeer(t, "cpe1", "100.64.0.2")
 	b := newBed(t, p)
 	n := b.startCPE(p, 3, 100*time.Millisecond)
@@ -165,16 +162,26 @@ func TestRekeyUnderLoadLosesNothing(t *testing.T) {
 	if b.session(p.name) != s || n.c.session.Load() != cpeSession {
 		t.Errorf("a rekey replaced the session")
 	}
+	// A busy host can delay probe replies past the suspect threshold (33–44 ms under
+	// the race detector beside two busy loops): the sender then copies the link's
+	// packets onto another, and the later of each pair is dropped as a replay, by
+	// design. Replays beyond the peer's copies would be the rekey's.
 	for r, v := range dropCounts(n.m) {
+		if r == wire.ReasonReplay && v <= copiesSent(b.heM) {
+			continue
+		}
 		if v != 0 {
-			t.Errorf("CPE dropped %v packets as %v", v, r)
+			t.Errorf("CPE dropped %v packets as %v (the headend sent %v copies)", v, r, copiesSent(b.heM))
 		}
 	}
 	for r, v := range dropCounts(b.heM) {
 		// The CPE sends each INIT on every uplink; the copies after the first are
 		// rejected as replayed INITs, by design.
-		if v != 0 && r != wire.ReasonHandshakeFailed {
-			t.Errorf("headend dropped %v packets as %v", v, r)
+		if r == wire.ReasonHandshakeFailed || r == wire.ReasonReplay && v <= copiesSent(n.m) {
+			continue
+		}
+		if v != 0 {
+			t.Errorf("headend dropped %v packets as %v (the CPE sent %v copies)", v, r, copiesSent(n.m))
 		}
 	}
 	if lost := gauge(b.heM.ReorderLost.WithLabelValues(p.name)) + gauge(n.m.ReorderLost.WithLabelValues("headend")); lost != 0 {
