@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -64,6 +65,20 @@ func TestProbeTrainMeasuresTheLinks(t *testing.T) {
 			if v < 0.8*float64(rate) || v > 1.25*float64(rate) {
 				t.Errorf("%s link %d: probe train measured %.2f Mbit/s, want within -20%%/+25%% of the %d Mbit/s rate", side.what, i+1, v, rate)
 			}
+		}
+		if t.Failed() {
+			logTrainSpacings(t, path)
+		}
+	}
+}
+
+// logTrainSpacings logs every train's arrival spacings from a daemon's debug log: a
+// measure off its link's rate is rare, and the log the failure prints keeps only its
+// tail, long past the trains.
+func logTrainSpacings(t *testing.T, path string) {
+	for _, line := range strings.Split(readFileString(path), "\n") {
+		if strings.Contains(line, `msg="probe train"`) {
+			t.Logf("%s: %s", filepath.Base(path), line)
 		}
 	}
 }
