@@ -166,22 +166,23 @@ func TestRekeyUnderLoadLosesNothing(t *testing.T) {
 	// the race detector beside two busy loops): the sender then copies the link's
 	// packets onto another, and the later of each pair is dropped as a replay, by
 	// design. Replays beyond the peer's copies would be the rekey's.
+	heCopies, cpeCopies := copiesSent(b.heM), copiesSent(n.m)
 	for r, v := range dropCounts(n.m) {
-		if r == wire.ReasonReplay && v <= copiesSent(b.heM) {
+		if r == wire.ReasonReplay && v <= heCopies {
 			continue
 		}
 		if v != 0 {
-			t.Errorf("CPE dropped %v packets as %v (the headend sent %v copies)", v, r, copiesSent(b.heM))
+			t.Errorf("CPE dropped %v packets as %v (the headend sent %v copies)", v, r, heCopies)
 		}
 	}
 	for r, v := range dropCounts(b.heM) {
 		// The CPE sends each INIT on every uplink; the copies after the first are
 		// rejected as replayed INITs, by design.
-		if r == wire.ReasonHandshakeFailed || r == wire.ReasonReplay && v <= copiesSent(n.m) {
+		if r == wire.ReasonHandshakeFailed || r == wire.ReasonReplay && v <= cpeCopies {
 			continue
 		}
 		if v != 0 {
-			t.Errorf("headend dropped %v packets as %v (the CPE sent %v copies)", v, r, copiesSent(n.m))
+			t.Errorf("headend dropped %v packets as %v (the CPE sent %v copies)", v, r, cpeCopies)
 		}
 	}
 	if lost := gauge(b.heM.ReorderLost.WithLabelValues(p.name)) + gauge(n.m.ReorderLost.WithLabelValues("headend")); lost != 0 {

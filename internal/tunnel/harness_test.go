@@ -818,6 +818,14 @@ func nonZero(c map[wire.Reason]float64) map[string]float64 {
 }
 
 // dropCounts snapshots every reason's drop counter.
+func dropCounts(m *metrics.Set) map[wire.Reason]float64 {
+	out := map[wire.Reason]float64{}
+	for _, r := range wire.AllReasons() {
+		out[r] = drops(m, r)
+	}
+	return out
+}
+
 // copiesSent is how many redundant copies a daemon sent, on all its links together.
 func copiesSent(m *metrics.Set) float64 {
 	ch := make(chan prometheus.Metric, 16)
@@ -827,12 +835,4 @@ func copiesSent(m *metrics.Set) float64 {
 		sum += gauge(c)
 	}
 	return sum
-}
-
-func dropCounts(m *metrics.Set) map[wire.Reason]float64 {
-	out := map[wire.Reason]float64{}
-	for _, r := range wire.AllReasons() {
-		out[r] = drops(m, r)
-	}
-	return out
 }
