@@ -65,7 +65,7 @@ deb: generate ## build the Debian package: dist/aggd_<version>_<arch>.deb (stati
 test-package: generate ## build the Debian package, install it with dpkg, check it, remove it (needs root)
 	./scripts/test-package.sh
 
-lab: build ## run the lab's scenario suite (netem in a VM, ~17 min); results in results/lab/
+lab: build ## run the lab's scenario suite (netem in a VM, 16-22 min here, LAB_TIMEOUT s at most); results in results/lab/
 	test/vm/lab suite
 
 lint: generate ## gofmt, go vet, golangci-lint
