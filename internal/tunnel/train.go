@@ -31,6 +31,12 @@ import (
 // passed faster measures nothing. Nor does a train the link passed as fast as we sent it
 // (our own pacing), or one with fewer than trainMinReplies answers (an old peer without
 // trains answers none). The link's rate is then found by its traffic, as without trains.
+//
+// A short train's seven spacings are at the mercy of one stall of either host, so on a
+// link fast enough for a long train to pass within confirmTrainMax the long one follows
+// and its measure is taken, the short one's only if the long one measures nothing (an
+// e2e host stalling every few ms measured a 10-Mbit/s link at 7.85 with 8 probes, and at
+// 9.9-10.1 with 48).
 
 const (
 	shortTrain = 8
@@ -64,6 +70,15 @@ const (
 	// failed so, and the first transfer's first second then ran on one link or two.
 	maxTrainRetries = 4
 	trainRetryAfter = 500 * time.Millisecond
+	// confirmTrainMax: a link whose short train measured it fast enough to pass a long
+	// one within this gets the long one too (67 kB: 54 ms at 10 Mbit/s). Slower links
+	// keep the short train's measure: a long one would hold their queue for seconds
+	// (2.7 s at 0.2 Mbit/s).
+	confirmTrainMax = 100 * time.Millisecond
+	// An even stretch is at least stretchMin spacings in a row (five probes) whose
+	// largest is at most stretchSpread times the smallest (evenStretchSpacing).
+	stretchMin    = 4
+	stretchSpread = 1.5
 )
 
 // train is one link's probe train in flight. Guarded by the link's mu.
@@ -77,6 +92,9 @@ type train struct {
 	arrivals []uint32      // the peer's arrival times, µs on its clock
 	// outer: the outer IP and UDP headers' bytes per probe, which the link carries too.
 	outer int
+	// measured is what this train measured, bits/s (0: nothing); fallback is the short
+	// train's measure that a long one confirms, taken if the long one measures nothing.
+	measured, fallback float64
 }
 
 // trainResult is what a settled train measured.
@@ -110,7 +128,7 @@ func (t *train) capacity() (bps float64, r trainResult) {
 	if time.Duration(sum(gaps))*time.Microsecond < trainMinSpan {
 		return 0, trainTooShort
 	}
-	spacing, regular := bottleneckSpacing(gaps[burst:])
+	spacing, regular := bottleneckSpacing(gaps[burst:], time.Duration(senderBoundFrac*float64(t.pace)))
 	switch {
 	case !regular:
 		// A bottleneck spaces the probes evenly; spacings that vary this much at
@@ -123,17 +141,27 @@ func (t *train) capacity() (bps float64, r trainResult) {
 }
 
 // bottleneckSpacing finds the time the bottleneck took per probe from the spacings
-// after a burst: the median of the sums of k consecutive spacings, over k, for the
-// smallest k (1, 2, 4, …) at which those sums are regular (their upper quartile at most
-// irregularFrac times the lower one). A busy host stamps packets late in batches (a
-// late NAPI poll, a shaper's late timer releasing two probes at once), which makes
-// single spacings alternate between nothing and twice the bottleneck's; the time over
-// k probes is off by one late stamp at most, so the sums are regular again. On a CI
-// machine a 30-Mbit/s link's trains (373 µs per probe) came out irregular this way all
-// five times. k stops where fewer than 2k (and trainMinReplies-1) sums remain: the
-// median of the sums must outvote one stalled stretch.
-func bottleneckSpacing(gaps []int64) (time.Duration, bool) {
+// after a burst. Regular single spacings (their upper quartile at most irregularFrac
+// times the lower one) give it by their median. Otherwise it is found where the train
+// passed undisturbed, in its even stretches (evenStretchSpacing); failing those, in
+// the median of the sums of k consecutive spacings, for the smallest k (2, 4, …) at
+// which those sums are regular. floor is the spacing of our own sending: an even
+// stretch no slower than that is our pace, not the bottleneck's.
+//
+// A busy host stamps packets late in batches (a late NAPI poll, a shaper's late timer
+// releasing two probes at once), which makes single spacings alternate between nothing
+// and twice the bottleneck's; the time over k probes is off by one late stamp at most,
+// so the sums are regular again. On a CI machine a 30-Mbit/s link's trains (373 µs per
+// probe) came out irregular this way all five times. k stops where fewer than 2k (and
+// trainMinReplies-1) sums remain: the median of the sums must outvote one stalled
+// stretch. It cannot outvote several: see evenStretchSpacing.
+func bottleneckSpacing(gaps []int64, floor time.Duration) (time.Duration, bool) {
 	for k := 1; ; k *= 2 {
+		if k == 2 {
+			if s, ok := evenStretchSpacing(gaps, floor); ok {
+				return s, true
+			}
+		}
 		n := len(gaps) - k + 1
 		if n < max(trainMinReplies-1, 2*k) {
 			return 0, false
@@ -147,6 +175,55 @@ func bottleneckSpacing(gaps []int64) (time.Duration, bool) {
 			return time.Duration(sums[n/2]) * time.Microsecond / time.Duration(k), true
 		}
 	}
+}
+
+// evenStretchSpacing finds the bottleneck's spacing in the stretches of a train it
+// passed undisturbed: runs of at least stretchMin spacings within stretchSpread of
+// each other. A host that stalls every few milliseconds (an e2e host did, for 1.5-4.6
+// ms at a time) holds a software shaper's timer: the probes queued behind it leave at
+// once when it fires, as many as its bucket allows, and the time the stall took is
+// lost to the link. Between stalls the shaper spaces the probes at its rate. Stalls of
+// that kind put a 60-Mbit/s link's 48-probe trains at 33-43 Mbit/s by the sums of
+// consecutive spacings, and at 58.5-61 by their even stretches.
+//
+// A stretch counts if it is slower than our own sending (floor) and between 0.4 and
+// 1.25 times the train's mean spacing: stalls lengthen the mean, so the bottleneck's
+// spacing can be well below it; one above it would mean the rest of the train passed
+// faster than the bottleneck. The stretches must hold at least 8 spacings and a fifth
+// of the train, so that a few evenly spaced probes by chance do not decide it; their
+// median spacing is the measure.
+func evenStretchSpacing(gaps []int64, floor time.Duration) (time.Duration, bool) {
+	if len(gaps) == 0 {
+		return 0, false
+	}
+	mean := float64(sum(gaps)) / float64(len(gaps))
+	var even []int64
+	for i := 0; i < len(gaps); {
+		lo, hi, j := gaps[i], gaps[i], i+1
+		for ; j < len(gaps) && float64(max(hi, gaps[j])) <= stretchSpread*float64(min(lo, gaps[j])); j++ {
+			lo, hi = min(lo, gaps[j]), max(hi, gaps[j])
+		}
+		run := gaps[i:j]
+		i = j
+		if len(run) < stretchMin {
+			continue
+		}
+		m := float64(median(run))
+		if time.Duration(m)*time.Microsecond > floor && m >= 0.4*mean && m <= 1.25*mean {
+			even = append(even, run...)
+		}
+	}
+	if len(even) < max(8, len(gaps)/5) {
+		return 0, false
+	}
+	return time.Duration(median(even)) * time.Microsecond, true
+}
+
+// median of xs (not empty), which it leaves as it was.
+func median(xs []int64) int64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 func sum(xs []int64) (s int64) {
@@ -185,10 +262,7 @@ func (s *Session) sendTrain(l *link, n int) {
 		l.mu.Unlock()
 		return
 	}
-	t := &train{probes: n, sent: time.Now(), outer: wire.Overhead - wire.HeaderLen}
-	if r := l.remote.Load(); r != nil {
-		t.outer = wire.OverheadFor(r.Addr()) - wire.HeaderLen
-	}
+	t := l.newTrain(n)
 	l.train = t
 	l.mu.Unlock()
 	pad := trainDatagram - wire.HeaderLen - wire.ProbeBodyLen
@@ -203,6 +277,19 @@ func (s *Session) sendTrain(l *link, n int) {
 	if longer {
 		s.sendTrain(l, longTrain)
 	}
+}
+
+// newTrain is the link's next train, of n probes: a long one carries the short one's
+// measure, which stands if the long one measures nothing. Caller holds mu.
+func (l *link) newTrain(n int) *train {
+	t := &train{probes: n, sent: time.Now(), outer: wire.Overhead - wire.HeaderLen}
+	if r := l.remote.Load(); r != nil {
+		t.outer = wire.OverheadFor(r.Addr()) - wire.HeaderLen
+	}
+	if l.train != nil && n == longTrain {
+		t.fallback = l.train.measured
+	}
+	return t
 }
 
 // onTrainReply records one answer to the link's train; the last one settles it. longer
@@ -250,25 +337,42 @@ func (l *link) retryTrain(now time.Time) bool {
 // settleTrain hands the train's measure to the estimator, and reports whether a long
 // train should follow a short one that passed too fast to time. Caller holds mu.
 func (l *link) settleTrain() (longer bool) {
-	l.train.done = true
-	bps, r := l.train.capacity()
-	l.train.result = r
-	if r == trainTooShort && l.train.probes == shortTrain {
+	t := l.train
+	t.done = true
+	bps, r := t.capacity()
+	t.result = r
+	if r == trainTooShort && t.probes == shortTrain {
 		return true
 	}
 	if l.log.Enabled(context.Background(), slog.LevelDebug) {
-		l.log.Debug("probe train", "probes", l.train.probes, "pace", l.train.pace, "spacings_us", l.train.spacings())
+		l.log.Debug("probe train", "probes", t.probes, "pace", t.pace, "spacings_us", t.spacings(), "result", r)
+	}
+	if r == trainMeasured {
+		t.measured = bps
+		if t.probes == shortTrain && longTrainTime(bps) <= confirmTrainMax {
+			return true
+		}
+	}
+	if r != trainMeasured && t.fallback > 0 {
+		l.log.Info("long probe train measured nothing; the short one's measure stands", "why", r,
+			"replies", len(t.arrivals))
+		bps, r = t.fallback, trainMeasured
 	}
 	if r != trainMeasured {
 		l.log.Info("probe train measured nothing; the link's rate is found by its traffic",
-			"why", r, "probes", l.train.probes, "replies", len(l.train.arrivals))
+			"why", r, "probes", t.probes, "replies", len(t.arrivals))
 		return false
 	}
 	l.est.Train(bps)
 	l.publishCapacity()
 	l.log.Info("link capacity measured by a probe train", "mbit_s", round2(bps/1e6),
-		"probes", l.train.probes, "replies", len(l.train.arrivals))
+		"probes", t.probes, "replies", len(t.arrivals))
 	return false
+}
+
+// longTrainTime is how long a long train takes to pass a link of bps bits/s.
+func longTrainTime(bps float64) time.Duration {
+	return time.Duration(float64(longTrain*trainDatagram*8) / bps * float64(time.Second))
 }
 
 // spacings lists the spaces between the train's arrivals, µs in arrival order (replies

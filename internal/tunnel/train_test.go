@@ -38,6 +38,16 @@ func clumpsOfThree() []uint32 {
 	return out
 }
 
+// arrivalsSpaced returns the arrival times (µs) of a train whose consecutive spacings
+// were gaps, as a daemon's debug log prints them (`msg="probe train" spacings_us=...`).
+func arrivalsSpaced(gaps ...uint32) []uint32 {
+	out := make([]uint32, 1, len(gaps)+1)
+	for _, g := range gaps {
+		out = append(out, out[len(out)-1]+g)
+	}
+	return out
+}
+
 func TestTrainCapacity(t *testing.T) {
 	wire := float64((trainDatagram + 28) * 8)
 	spacing := 7500 * time.Microsecond // a 1400-byte probe at 1.49 Mbit/s
@@ -155,6 +165,88 @@ func TestTrainCapacity(t *testing.T) {
 	tr = &train{outer: 28, probes: longTrain, pace: 20 * time.Microsecond, arrivals: arrivalsEvery(0, 187*time.Microsecond, longTrain)}
 	if got, r := tr.capacity(); r != trainMeasured || math.Abs(got-wire/187e-6) > 0.01*wire/187e-6 {
 		t.Errorf("a %d-probe train at 60 Mbit/s: %.0f bit/s (%s)", longTrain, got, r)
+	}
+
+	// Long trains over the e2e topology's TBFs on a host that stalled for 1-4 ms every few
+	// ms, as the headend's debug log printed them: each stall holds the shaper's timer,
+	// its bucket (3 kB, then 15 kB) lets two or ten queued probes out at once, and the
+	// rest of the stall's time is lost to the link. The sums of consecutive spacings put
+	// the 60-Mbit/s link (193 µs per probe) at 33-43 Mbit/s; between the stalls the
+	// shaper spaced the probes at its rate. The 30-Mbit/s (373 µs) and 10-Mbit/s (1120
+	// µs) links' trains, less disturbed, were measured right before and still are.
+	for _, c := range []struct {
+		name          string
+		pace, spacing time.Duration
+		gaps          []uint32
+	}{
+		{"60 Mbit/s, 3-kB bucket", 13874 * time.Nanosecond, 193 * time.Microsecond, []uint32{41, 137, 174, 201, 238, 1168, 1, 136, 201, 183, 202, 179, 188, 191, 188, 178, 187, 3390, 2, 95, 191, 301, 72, 897, 1, 142, 199, 999, 1, 123, 735, 1, 789, 1, 425, 1, 759, 1, 137, 186, 868, 1, 131, 503, 1, 832, 11}},
+		{"60 Mbit/s, 3-kB bucket, again", 44260 * time.Nanosecond, 193 * time.Microsecond, []uint32{522, 139, 79, 123, 192, 185, 443, 2, 151, 190, 956, 0, 148, 169, 1548, 1, 129, 203, 436, 0, 1559, 1, 125, 831, 1, 107, 189, 195, 183, 194, 182, 197, 181, 195, 182, 198, 179, 819, 0, 2376, 2, 148, 1755, 0, 92, 450, 0}},
+		{"60 Mbit/s, 15-kB bucket", 10905 * time.Nanosecond, 193 * time.Microsecond, []uint32{17, 12, 15, 17, 21, 13, 15, 14, 13, 75, 188, 193, 186, 214, 170, 193, 184, 3308, 1, 0, 0, 0, 1, 0, 0, 18, 0, 29, 19, 201, 175, 211, 173, 2120, 15, 0, 0, 0, 0, 0, 1, 17, 0, 35, 73, 199, 174}},
+		{"30 Mbit/s, 15-kB bucket", 110645 * time.Nanosecond, 373 * time.Microsecond, []uint32{37, 20, 28, 19, 14, 319, 384, 3442, 2, 0, 0, 0, 0, 0, 0, 99, 218, 385, 2262, 1, 0, 0, 0, 100, 273, 362, 390, 380, 367, 383, 379, 378, 1967, 0, 0, 0, 0, 284, 388, 382, 374, 378, 376, 374, 387, 366, 365}},
+		{"10 Mbit/s, 15-kB bucket", 14028 * time.Nanosecond, 1120 * time.Microsecond, []uint32{21, 19, 449, 1128, 4189, 1, 0, 335, 2769, 1, 621, 1146, 1144, 2000, 246, 1135, 1131, 1129, 1141, 1139, 1118, 1126, 1142, 2657, 1, 731, 1192, 1095, 1125, 1599, 662, 1107, 1152, 1114, 2470, 2, 953, 1118, 1129, 1131, 1138, 1121, 1161, 1130, 1190, 1092, 1139}},
+	} {
+		tr = &train{outer: 28, probes: longTrain, pace: c.pace, arrivals: arrivalsSpaced(c.gaps...)}
+		want := wire / c.spacing.Seconds()
+		if got, r := tr.capacity(); r != trainMeasured || math.Abs(got-want) > 0.05*want {
+			t.Errorf("a long train on a stalling host, %s: %.2f Mbit/s (%s), want %.2f", c.name, got/1e6, r, want/1e6)
+		}
+	}
+	// Where the host stalled through most of the train (the 60-Mbit/s link again:
+	// nowhere five probes evenly spaced at its rate) there are no even stretches.
+	tr = &train{outer: 28, probes: longTrain, pace: 48091 * time.Nanosecond, arrivals: arrivalsSpaced(75, 14, 10, 12, 38, 186, 1112, 1, 0, 0, 0, 21, 560, 0, 10, 187, 644, 0, 0, 3553, 0, 0, 0, 0, 0, 0, 0, 37, 0, 7, 107, 2306, 0, 0, 1, 0, 0, 0, 0, 49, 1, 0, 87, 195, 206, 164, 623)}
+	if _, ok := evenStretchSpacing(tr.spacings(), time.Duration(senderBoundFrac*float64(tr.pace))); ok {
+		t.Error("a train stalled throughout has even stretches")
+	}
+}
+
+// A short train that measured a link fast enough for a long one to pass within
+// confirmTrainMax is followed by the long one, whose measure is taken; where the long
+// one measures nothing, the short one's stands. A slow link keeps its short train's.
+func TestLongTrainConfirmsAFastLinksShortOne(t *testing.T) {
+	wire := float64((trainDatagram + 28) * 8)
+	// The e2e 10-Mbit/s link's short train on a host that stalled: 7.85 Mbit/s.
+	short := func(l *link) {
+		l.train = &train{outer: 28, probes: shortTrain, pace: 25 * time.Microsecond, sendDone: true,
+			arrivals: arrivalsSpaced(103, 899, 1427, 775, 1451, 2601, 0)}
+	}
+	long := func(l *link, arrivals []uint32) {
+		l.train = l.newTrain(longTrain)
+		l.train.outer, l.train.pace, l.train.sendDone, l.train.arrivals = 28, 20*time.Microsecond, true, arrivals
+	}
+
+	l := freshLink(t, metrics.New())
+	short(l)
+	if !l.settleTrain() {
+		t.Fatal("a 10-Mbit/s link's short train asks for no long one")
+	}
+	if !l.est.InStartup() {
+		t.Fatal("the short train's measure was taken before the long one's")
+	}
+	long(l, arrivalsEvery(0, 1120*time.Microsecond, longTrain))
+	if l.settleTrain() {
+		t.Error("a long train asks for another")
+	}
+	if got, want := l.est.Capacity(), wire/1120e-6; math.Abs(got-want) > 0.01*want {
+		t.Errorf("after the long train the capacity is %.2f Mbit/s, want its %.2f", got/1e6, want/1e6)
+	}
+
+	l = freshLink(t, metrics.New())
+	short(l)
+	l.settleTrain()
+	long(l, clumpsOfThree())
+	l.settleTrain()
+	if got, want := l.est.Capacity(), wire/1427e-6; math.Abs(got-want) > 0.01*want {
+		t.Errorf("after an irregular long train the capacity is %.2f Mbit/s, want the short one's %.2f", got/1e6, want/1e6)
+	}
+	if l.retryTrain(time.Now().Add(time.Minute)) {
+		t.Error("a link measured by its short train is sent another")
+	}
+
+	l = freshLink(t, metrics.New())
+	l.train = &train{outer: 28, probes: shortTrain, pace: 20 * time.Microsecond, sendDone: true,
+		arrivals: arrivalsEvery(0, 7500*time.Microsecond, shortTrain)}
+	if l.settleTrain() || l.est.InStartup() {
+		t.Error("a 1.5-Mbit/s link's short train is not taken as it is")
 	}
 }
 
