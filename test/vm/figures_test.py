@@ -77,5 +77,26 @@ class BackToPreOutage(unittest.TestCase):
         f = {"value": 0.6, "unit": "s", "status": "info", "pre_outage_goodput_mbit": 1.5}
         self.assertEqual(lab.fmt_value(f), "0.6 s (back to 90% of the 1.5 Mbit/s before the outage)")
 
+class IdleLinks(unittest.TestCase):
+    """Every link must carry at least 5 % of its own baseline; a CPU-bound flow's links
+    are held to that much less, in proportion to what the flow moved."""
+
+    BASE = {"eth1": 1.40, "eth2": 1.42, "eth3": 1.38}
+    # The CI run of e70a0e1's rate-step upstream: 0.885 Mbit/s against a sum of 4.20.
+    DATA = {"eth1": 0.062, "eth2": 0.094, "eth3": 0.542}
+
+    def test_a_link_below_five_percent_is_idle(self):
+        idle = lab.idle_links(self.DATA, self.BASE)
+        self.assertEqual(len(idle), 1)
+        self.assertTrue(idle[0].startswith("eth1 "), idle)
+
+    def test_a_cpu_bound_flow_lowers_the_bar_with_its_ratio(self):
+        self.assertEqual(lab.idle_links(self.DATA, self.BASE, 0.885 / 4.20), [])
+        # A link that carried nothing is idle however CPU-bound the flow was.
+        self.assertEqual(len(lab.idle_links(dict(self.DATA, eth2=0.0), self.BASE, 0.2)), 1)
+        # A ratio above 1 (a flow beyond the baselines' sum) does not raise the bar.
+        self.assertEqual(lab.idle_links({"eth1": 0.071}, {"eth1": 1.40}, 1.5), [])
+
+
 if __name__ == "__main__":
     unittest.main()
