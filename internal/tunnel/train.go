@@ -156,25 +156,38 @@ func (t *train) capacity() (bps float64, r trainResult) {
 // trainMinReplies-1) sums remain: the median of the sums must outvote one stalled
 // stretch. It cannot outvote several: see evenStretchSpacing.
 func bottleneckSpacing(gaps []int64, floor time.Duration) (time.Duration, bool) {
-	for k := 1; ; k *= 2 {
-		if k == 2 {
-			if s, ok := evenStretchSpacing(gaps, floor); ok {
-				return s, true
-			}
-		}
-		n := len(gaps) - k + 1
-		if n < max(trainMinReplies-1, 2*k) {
-			return 0, false
-		}
-		sums := make([]int64, n)
-		for i := range sums {
-			sums[i] = sum(gaps[i : i+k])
-		}
-		slices.Sort(sums)
-		if q1, q3 := sums[n/4], sums[3*n/4]; float64(q3) <= irregularFrac*float64(q1) {
-			return time.Duration(sums[n/2]) * time.Microsecond / time.Duration(k), true
+	s, regular, enough := spacingOverSums(gaps, 1)
+	if regular || !enough {
+		return s, regular
+	}
+	if s, ok := evenStretchSpacing(gaps, floor); ok {
+		return s, true
+	}
+	for k := 2; enough; k *= 2 {
+		if s, regular, enough = spacingOverSums(gaps, k); regular {
+			return s, true
 		}
 	}
+	return 0, false
+}
+
+// spacingOverSums judges the sums of k consecutive spacings: if they are regular, their
+// median over k is the time per probe. enough says there were at least 2k sums (and
+// trainMinReplies-1) to judge.
+func spacingOverSums(gaps []int64, k int) (spacing time.Duration, regular, enough bool) {
+	n := len(gaps) - k + 1
+	if n < max(trainMinReplies-1, 2*k) {
+		return 0, false, false
+	}
+	sums := make([]int64, n)
+	for i := range sums {
+		sums[i] = sum(gaps[i : i+k])
+	}
+	slices.Sort(sums)
+	if q1, q3 := sums[n/4], sums[3*n/4]; float64(q3) > irregularFrac*float64(q1) {
+		return 0, false, true
+	}
+	return time.Duration(sums[n/2]) * time.Microsecond / time.Duration(k), true, true
 }
 
 // evenStretchSpacing finds the bottleneck's spacing in the stretches of a train it
@@ -353,15 +366,15 @@ func (l *link) settleTrain() (longer bool) {
 			return true
 		}
 	}
-	if r != trainMeasured && t.fallback > 0 {
+	if r != trainMeasured {
+		if t.fallback == 0 {
+			l.log.Info("probe train measured nothing; the link's rate is found by its traffic",
+				"why", r, "probes", t.probes, "replies", len(t.arrivals))
+			return false
+		}
 		l.log.Info("long probe train measured nothing; the short one's measure stands", "why", r,
 			"replies", len(t.arrivals))
-		bps, r = t.fallback, trainMeasured
-	}
-	if r != trainMeasured {
-		l.log.Info("probe train measured nothing; the link's rate is found by its traffic",
-			"why", r, "probes", t.probes, "replies", len(t.arrivals))
-		return false
+		bps = t.fallback
 	}
 	l.est.Train(bps)
 	l.publishCapacity()
