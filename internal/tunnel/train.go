@@ -197,7 +197,7 @@ func spacingOverSums(gaps []int64, k int) (spacing time.Duration, regular, enoug
 // once when it fires, as many as its bucket allows, and the time the stall took is
 // lost to the link. Between stalls the shaper spaces the probes at its rate. Stalls of
 // that kind put a 60-Mbit/s link's 48-probe trains at 33-43 Mbit/s by the sums of
-// consecutive spacings, and at 58.5-61 by their even stretches.
+// consecutive spacings, and at 59.3-59.6 by their even stretches (TestTrainCapacity).
 //
 // A stretch counts if it is slower than our own sending (floor) and between 0.4 and
 // 1.25 times the train's mean spacing: stalls lengthen the mean, so the bottleneck's
