@@ -36,7 +36,7 @@ import (
 // link fast enough for a long train to pass within confirmTrainMax the long one follows
 // and its measure is taken, the short one's only if the long one measures nothing (an
 // e2e host stalling every few ms measured a 10-Mbit/s link at 7.85 with 8 probes, and at
-// 9.9-10.1 with 48).
+// 9.6-10.0 with 48).
 
 const (
 	shortTrain = 8
