@@ -743,21 +743,27 @@ func TestTxSchedulerIdleSlowLinkMatchesGo(t *testing.T) {
 	s := schedTwins(t, tx, 9, rates, []time.Duration{0, 0})
 
 	// The fast link's 8.4 ms per datagram is near what the real clock moves between
-	// two runs of the program under software emulation (the lab's Debian LTS kernel
-	// in qemu without KVM put the slow link's turn one packet later once): the Go
-	// twin picks at the clock the kernel reads (CLOCK_MONOTONIC, clock.Nanos, just
-	// before each run), so both drain their backlogs alike.
+	// two runs of the program under software emulation, so the Go twin must pick at
+	// the very time the program read. A clock read before the run is not it: the
+	// lab's Debian LTS kernel in qemu without KVM read its clock so much later that
+	// the slow link's turn came a packet off (CI runs of 046191b and 9b2a9f4). The
+	// program writes the time it decided at into the header, in microseconds; the
+	// twin picks in the middle of that microsecond, so only a decision within a
+	// microsecond of a turn could tell the two apart.
 	const n, size = 24, 1000
 	frame := frameOf(inner4(netip.MustParseAddr("10.9.0.1"), size-28))
 	got, want := make([]uint8, 0, n), make([]uint8, 0, n)
 	for i := range n {
-		now := clock.Nanos()
 		ret, out := runTx(t, tx, frame, nil)
 		if ret != tcActRedirect {
 			t.Fatalf("packet %d: verdict %d; counters %v", i, ret, txVerdicts(t, tx))
 		}
-		got = append(got, out[14+20+8+2])
-		id, _, _, _ := s.Pick(now, size+wire.Overhead)
+		h, err := wire.ParseHeader(out[14+20+8:])
+		if err != nil {
+			t.Fatalf("packet %d: %v", i, err)
+		}
+		got = append(got, h.LinkID)
+		id, _, _, _ := s.Pick(kernelNanos(h.Timestamp)+500, size+wire.Overhead)
 		want = append(want, id)
 	}
 	if !slices.Equal(got, want) {
@@ -779,6 +785,16 @@ func TestTxSchedulerIdleSlowLinkMatchesGo(t *testing.T) {
 	if i := slices.Index(picks, 1); i != 2 {
 		t.Errorf("the slow link's first packet is packet %d, want 2 (the first with the fast link 10 ms behind): %v", i, picks)
 	}
+}
+
+// kernelNanos turns a header's timestamp (the kernel's CLOCK_MONOTONIC in
+// microseconds, truncated to 32 bits) back into nanoseconds, taking the high bits
+// from clock.Nanos: the packet was stamped less than 71 minutes (2^32 µs) ago. The
+// reference is taken a second ahead, so that clock.Nanos running a little behind the
+// kernel's clock cannot put it before the stamp.
+func kernelNanos(stamp uint32) int64 {
+	nowUs := (clock.Nanos() + int64(time.Second)) / 1000
+	return (nowUs - int64(uint32(nowUs)-stamp)) * 1000
 }
 
 // Light traffic rides the lowest-delay link: with equal rates, the link
