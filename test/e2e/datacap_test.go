@@ -149,8 +149,9 @@ func TestIdleStandbyLinksCostLittle(t *testing.T) {
 var standbyUplinks = map[int]string{2: "    class: overflow\n", 3: "    class: backup\n"}
 
 // BenchmarkIdleLinkCost measures what an idle bond puts on a primary (up1), an
-// overflow (up2) and a backup link (up3), on their interfaces, over 30 s, and writes
-// results/bench/idle-link.json. It runs once whatever b.N is (use -benchtime 1x).
+// overflow (up2) and a backup link (up3), on their interfaces, over 30 s, and the CPU
+// each daemon takes meanwhile, and writes results/bench/idle-link.json. It runs once
+// whatever b.N is (use -benchtime 1x).
 func BenchmarkIdleLinkCost(b *testing.B) {
 	n := newTopology(b)
 	bd := startBondWith(b, n, bondOptions{uplink: standbyUplinks})
@@ -160,11 +161,14 @@ func BenchmarkIdleLinkCost(b *testing.B) {
 	b.ReportMetric(cost.Primary.BytesPerS, "primary-B/s")
 	b.ReportMetric(cost.Overflow.BytesPerS, "overflow-B/s")
 	b.ReportMetric(cost.Backup.BytesPerS, "backup-B/s")
+	b.ReportMetric(cost.CPU.CPE, "cpe-cpu-%")
+	b.ReportMetric(cost.CPU.Headend, "headend-cpu-%")
 	writeJSON(b, "idle-link.json", cost)
 	b.Logf("idle links: primary %.0f bytes/s (%.2f GB in 30 days), overflow %.0f (%.2f GB), backup %.0f (%.2f GB); "+
-		"during 10-s TCP transfers on the primary: overflow %.0f bytes/s, backup %.0f",
+		"during 10-s TCP transfers on the primary: overflow %.0f bytes/s, backup %.0f; idle CPU: cpe %.2f %%, headend %.2f %% of one CPU",
 		cost.Primary.BytesPerS, cost.Primary.GBPer30Days, cost.Overflow.BytesPerS, cost.Overflow.GBPer30Days,
-		cost.Backup.BytesPerS, cost.Backup.GBPer30Days, cost.DuringTransfers.OverflowBytesPerS, cost.DuringTransfers.BackupBytesPerS)
+		cost.Backup.BytesPerS, cost.Backup.GBPer30Days, cost.DuringTransfers.OverflowBytesPerS, cost.DuringTransfers.BackupBytesPerS,
+		cost.CPU.CPE, cost.CPU.Headend)
 }
 
 // transferCost is what the standby links carry while TCP flows (one upload, then one
@@ -197,8 +201,16 @@ type idleCost struct {
 	Primary  linkCost `json:"primary"`
 	Overflow linkCost `json:"overflow"`
 	Backup   linkCost `json:"backup"`
+	// CPU is what each idle daemon took over the same time (its probes, replies and
+	// reports, its ticks), in percent of one CPU: a router runs it all day.
+	CPU daemonCPU `json:"cpu_percent_of_one_cpu"`
 	// DuringTransfers: the standby links while TCP flows run on the primary (bench only).
 	DuringTransfers transferCost `json:"standby_during_transfers"`
+}
+
+type daemonCPU struct {
+	CPE     float64 `json:"cpe"`
+	Headend float64 `json:"headend"`
 }
 
 type linkCost struct {
@@ -217,14 +229,20 @@ func idleLinkCost(t testing.TB, b *bond, d time.Duration) idleCost {
 	for i, dev := range devs {
 		before[i] = interfaceBytes(t, b, dev)
 	}
+	cpe, headend := b.cpe.Cmd.Process.Pid, b.headend.Cmd.Process.Pid
+	cpeBefore, headendBefore := procJiffies(cpe), procJiffies(headend)
 	time.Sleep(d)
+	percent := func(pid int, before uint64) float64 {
+		return float64(procJiffies(pid)-before) / userHZ / d.Seconds() * 100
+	}
+	cpu := daemonCPU{CPE: percent(cpe, cpeBefore), Headend: percent(headend, headendBefore)}
 	costs := make([]linkCost, len(devs))
 	for i, dev := range devs {
 		perS := float64(interfaceBytes(t, b, dev)-before[i]) / d.Seconds()
 		costs[i] = linkCost{BytesPerS: perS, GBPer30Days: perS * 86400 * 30 / 1e9}
 	}
 	return idleCost{Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Seconds: d.Seconds(),
-		Primary: costs[0], Overflow: costs[1], Backup: costs[2]}
+		Primary: costs[0], Overflow: costs[1], Backup: costs[2], CPU: cpu}
 }
 
 // interfaceBytes is what an interface of the CPE has received and sent.
