@@ -793,8 +793,8 @@ func TestTxSchedulerIdleSlowLinkMatchesGo(t *testing.T) {
 // reference is taken a second ahead, so that clock.Nanos running a little behind the
 // kernel's clock cannot put it before the stamp.
 func kernelNanos(stamp uint32) int64 {
-	nowUs := (clock.Nanos() + int64(time.Second)) / 1000
-	return (nowUs - int64(uint32(nowUs)-stamp)) * 1000
+	ref := clock.Nanos() + int64(time.Second)
+	return (ref/1000 - int64(clock.Micros32(ref)-stamp)) * 1000
 }
 
 // Light traffic rides the lowest-delay link: with equal rates, the link

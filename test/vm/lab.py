@@ -106,9 +106,9 @@ BASELINE_CC = os.environ.get("LAB_BASELINE_CC", "cubic")
 IPERF_STALLED = "the transfer stalled"
 # iperf3 errors of a baseline (a link alone, no aggd) that say the link's loss broke
 # iperf3's own connections rather than anything about the link's rate: tried again.
-# A stall is most likely one of them: netem's Gilbert-Elliott chain moves on per packet, so a
-# connection that meets the loss burst with little in flight (iperf3's control messages
-# at the test's end, or a window lost whole) sends only its exponentially backed-off
+# A stall is most likely one of them: netem's Gilbert-Elliott chain moves on per
+# packet, so a connection that meets the loss burst with little in flight (iperf3's
+# control messages at the test's end, or a window lost whole) sends only its backed-off
 # retransmissions, each lost while the chain stays in the burst (3 in 4 in the lossy
 # profile). A 5-s baseline on a lossy link stalled past its 65-s limit in the CI run of
 # f2d2e0e (not captured). A bond transfer does not meet this: aggd's probes keep the
