@@ -22,24 +22,25 @@ import (
 type Set struct {
 	Registry *prometheus.Registry
 
-	LinkTxBytes    *prometheus.CounterVec
-	LinkTxPackets  *prometheus.CounterVec
-	LinkRxBytes    *prometheus.CounterVec
-	LinkRxPackets  *prometheus.CounterVec
-	LinkLost       *prometheus.CounterVec
-	LinkRTT        *prometheus.GaugeVec
-	LinkLoss       *prometheus.GaugeVec
-	LinkRate       *prometheus.GaugeVec
-	LinkRatePrior  *prometheus.GaugeVec
-	LinkUp         *prometheus.GaugeVec
-	LinkSuspect    *prometheus.GaugeVec
-	LinkDuplicate  *prometheus.CounterVec
-	LinkCapacity   *prometheus.GaugeVec
-	LinkQueueDelay *prometheus.GaugeVec
-	LinkBaseDelay  *prometheus.GaugeVec
-	LinkJitter     *prometheus.GaugeVec
-	LinkInfo       *prometheus.GaugeVec
-	LinkMTU        *prometheus.GaugeVec
+	LinkTxBytes      *prometheus.CounterVec
+	LinkTxPackets    *prometheus.CounterVec
+	LinkRxBytes      *prometheus.CounterVec
+	LinkRxPackets    *prometheus.CounterVec
+	LinkLost         *prometheus.CounterVec
+	LinkRTT          *prometheus.GaugeVec
+	LinkLoss         *prometheus.GaugeVec
+	LinkRate         *prometheus.GaugeVec
+	LinkRatePrior    *prometheus.GaugeVec
+	LinkUp           *prometheus.GaugeVec
+	LinkSuspect      *prometheus.GaugeVec
+	LinkStateChanged *prometheus.GaugeVec
+	LinkDuplicate    *prometheus.CounterVec
+	LinkCapacity     *prometheus.GaugeVec
+	LinkQueueDelay   *prometheus.GaugeVec
+	LinkBaseDelay    *prometheus.GaugeVec
+	LinkJitter       *prometheus.GaugeVec
+	LinkInfo         *prometheus.GaugeVec
+	LinkMTU          *prometheus.GaugeVec
 
 	Sessions       prometheus.Gauge
 	Handshakes     *prometheus.CounterVec
@@ -95,7 +96,9 @@ func New() *Set {
 		LinkInfo: gaugeVec("link_info", "1 per link, labelled with the name its owner gives it: on a CPE its own uplink name; "+
 			"on a headend the CPE's name for the link its other metrics call link0, link1, ... (link0 until the CPE has said).",
 			[]string{"peer", "link", "name"}),
-		LinkSuspect:   gaugeVec("link_suspect", "1 while a link's probe replies have stopped but it is not yet down: its traffic is also copied to another link.", linkLabels),
+		LinkSuspect: gaugeVec("link_suspect", "1 while a link's probe replies have stopped but it is not yet down: its traffic is also copied to another link.", linkLabels),
+		LinkStateChanged: gaugeVec("link_state_change_timestamp_seconds", "Unix time of a link's last health-state change (probing, up, suspect, down): "+
+			"when aggd decided it, which a scrape of aggd_link_up or aggd_link_suspect only brackets.", linkLabels),
 		LinkDuplicate: counterVec("link_redundant_packets_total", "Redundant copies sent on a link for another link in doubt.", linkLabels),
 		LinkCapacity:  gaugeVec("link_capacity_bits_per_second", "Estimated capacity of a link towards the peer: its delivery rate while queueing, Kalman-filtered (0 until measured or configured).", linkLabels),
 		LinkMTU: gaugeVec("link_mtu_bytes", "Largest inner packet a link takes (its MTU less the tunnel's outer headers, at most the CPE's tunnel MTU), "+
@@ -161,7 +164,7 @@ func New() *Set {
 
 	s.Registry.MustRegister(
 		s.LinkTxBytes, s.LinkTxPackets, s.LinkRxBytes, s.LinkRxPackets, s.LinkLost,
-		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkDuplicate,
+		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkStateChanged, s.LinkDuplicate,
 		s.LinkCapacity, s.LinkQueueDelay, s.LinkBaseDelay, s.LinkJitter, s.LinkInfo, s.LinkMTU,
 		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderStretches, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,

@@ -30,7 +30,7 @@ func Render(w io.Writer, prev, cur *Snapshot) error {
 	}
 	for _, p := range cur.Peers {
 		b.WriteString("\n")
-		renderPeer(&b, p, peerIn(prev, p.Name), dt)
+		renderPeer(&b, p, peerIn(prev, p.Name), cur.At, dt)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -71,10 +71,10 @@ func bytesSI(v float64) string {
 	return fmt.Sprintf("%.0f B", v)
 }
 
-func renderPeer(b *strings.Builder, p, prev *Peer, dt float64) {
+func renderPeer(b *strings.Builder, p, prev *Peer, at time.Time, dt float64) {
 	fmt.Fprintf(b, "peer %s\n", p.Name)
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-	head := []string{"  link", "state", "rtt", "delay", "queue", "jitter", "loss", "capacity", "scheduler"}
+	head := []string{"  link", "state", "for", "rtt", "delay", "queue", "jitter", "loss", "capacity", "scheduler"}
 	if prev != nil {
 		head = append(head, "sending", "share", "receiving")
 	}
@@ -93,7 +93,7 @@ func renderPeer(b *strings.Builder, p, prev *Peer, dt float64) {
 		}
 	}
 	for i, l := range p.Links {
-		row := []string{"  " + l.Label(), l.State(), millis(l.RTT), measuredDelay(l.BaseDelay), measuredDelay(l.QueueDelay), measuredDelay(l.Jitter),
+		row := []string{"  " + l.Label(), l.State(), inState(l, at), millis(l.RTT), measuredDelay(l.BaseDelay), measuredDelay(l.QueueDelay), measuredDelay(l.Jitter),
 			percent(l.Loss), estimate(l.Capacity), estimate(l.SchedRate)}
 		if prev != nil {
 			share := "-"
@@ -105,13 +105,37 @@ func renderPeer(b *strings.Builder, p, prev *Peer, dt float64) {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	if prev != nil {
-		fmt.Fprintln(tw, strings.Join([]string{"  all links", "", "", "", "", "", "", "", "", mbit(total), "", mbit(totalRx)}, "\t"))
+		fmt.Fprintln(tw, strings.Join([]string{"  all links", "", "", "", "", "", "", "", "", "", mbit(total), "", mbit(totalRx)}, "\t"))
 	}
 	_ = tw.Flush()
 	if p.HoldTime > 0 || p.ReorderHeld > 0 || p.ReorderLost > 0 {
 		fmt.Fprintf(b, "  reordering: a gap is waited for up to %s; %.0f packets waited for an earlier one (mean %s), %.0f given up as lost\n",
 			millis(p.HoldTime), p.ReorderHeld, millis(seconds(p.ReorderHoldSeconds/max(p.ReorderHeld, 1))), p.ReorderLost)
 	}
+}
+
+// inState is how long the link has been in its state at the reading's time ("420 ms",
+// "3h05m"; "-" if the daemon does not say): a link that keeps going down and up shows it.
+func inState(l *Link, at time.Time) string {
+	if l.Since.IsZero() || at.Before(l.Since) {
+		return "-"
+	}
+	return age(at.Sub(l.Since))
+}
+
+// age writes a duration as briefly as its size allows.
+func age(d time.Duration) string {
+	switch d = d.Round(time.Millisecond); {
+	case d < time.Second:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
 }
 
 func peerIn(s *Snapshot, name string) *Peer {

@@ -29,6 +29,7 @@ type Link struct {
 	// CPE's name for the link it calls link0, link1, ... (aggd_link_info).
 	OwnName     string
 	Up, Suspect bool
+	Since       time.Time     // when the link entered its state (zero: the daemon does not say)
 	RTT         time.Duration // smoothed, from probes
 	QueueDelay  time.Duration // one-way delay above the link's floor
 	BaseDelay   time.Duration // base one-way delay as the scheduler adds it (relative to the lowest link's)
@@ -254,10 +255,19 @@ var capSetters = map[string]func(*Cap, float64){
 
 func seconds(v float64) time.Duration { return time.Duration(v * float64(time.Second)) }
 
+// unixSeconds reads a Prometheus timestamp gauge; 0 (never set) is the zero time.
+func unixSeconds(v float64) time.Time {
+	if v <= 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, int64(v*1e9))
+}
+
 // linkSetters and peerSetters map each metric the status shows onto its field.
 var linkSetters = map[string]func(*Link, float64){
-	"aggd_link_up":                             func(l *Link, v float64) { l.Up = v == 1 },
-	"aggd_link_suspect":                        func(l *Link, v float64) { l.Suspect = v == 1 },
+	"aggd_link_up":      func(l *Link, v float64) { l.Up = v == 1 },
+	"aggd_link_suspect": func(l *Link, v float64) { l.Suspect = v == 1 },
+	"aggd_link_state_change_timestamp_seconds": func(l *Link, v float64) { l.Since = unixSeconds(v) },
 	"aggd_link_rtt_seconds":                    func(l *Link, v float64) { l.RTT = seconds(v) },
 	"aggd_link_queue_delay_seconds":            func(l *Link, v float64) { l.QueueDelay = seconds(v) },
 	"aggd_link_base_delay_seconds":             func(l *Link, v float64) { l.BaseDelay = seconds(v) },

@@ -31,6 +31,10 @@ func fetch(t *testing.T, url string) *Snapshot {
 	return s
 }
 
+// stateClock is the time threeLinks' state changes are stamped against: dsl up
+// for 3h05m, lte suspect for 420 ms, cable's change not exported (an older daemon).
+var stateClock = time.Unix(1_800_000_000, 0)
+
 // threeLinks sets up a CPE's metrics for peer hub: dsl up, cable up, lte suspect.
 func threeLinks(m *metrics.Set) {
 	m.Sessions.Set(1)
@@ -55,6 +59,8 @@ func threeLinks(m *metrics.Set) {
 		m.LinkRatePrior.WithLabelValues("hub", l.name).Set(l.capacity * 0.9)
 		m.LinkLoss.WithLabelValues("hub", l.name).Set(0.003)
 	}
+	m.LinkStateChanged.WithLabelValues("hub", "dsl").Set(float64(stateClock.Add(-3*time.Hour - 5*time.Minute).Unix()))
+	m.LinkStateChanged.WithLabelValues("hub", "lte").Set(float64(stateClock.UnixNano())/1e9 - 0.42)
 	m.ReorderHeld.WithLabelValues("hub").Add(200)
 	m.ReorderHoldNow.WithLabelValues("hub").Set(0.042)
 	m.ReorderHold.WithLabelValues("hub").Add(0.6)
@@ -96,7 +102,7 @@ func TestRenderShowsTheSplitBetweenTwoReadings(t *testing.T) {
 	m.LinkTxBytes.WithLabelValues("hub", "cable").Add(375_000) // 3 Mbit/s
 	m.LinkRxBytes.WithLabelValues("hub", "cable").Add(12_500)  // 100 kbit/s
 	after := fetch(t, url)
-	after.At = before.At.Add(time.Second)
+	before.At, after.At = stateClock.Add(-time.Second), stateClock
 
 	var out strings.Builder
 	if err := Render(&out, before, after); err != nil {
@@ -109,9 +115,11 @@ func TestRenderShowsTheSplitBetweenTwoReadings(t *testing.T) {
 		"1.0 Mbit/s", "25.0 %", // dsl
 		"3.0 Mbit/s", "75.0 %", // cable
 		"100 kbit/s",
-		"4.0 Mbit/s",  // all links
-		"suspect",     // lte
-		"mean 3.0 ms", // 0.6 s over 200 held packets
+		"4.0 Mbit/s",      // all links
+		"suspect  420 ms", // lte
+		"up       3h05m",  // dsl
+		"up       -",      // cable: its daemon does not export the change
+		"mean 3.0 ms",     // 0.6 s over 200 held packets
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
@@ -262,4 +270,20 @@ func renderText(t *testing.T, text string) string {
 		t.Fatal(err)
 	}
 	return out.String()
+}
+
+func TestAgeIsBrief(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0:                                  "0 ms",
+		999 * time.Millisecond:             "999 ms",
+		1500 * time.Millisecond:            "1.5 s",
+		61 * time.Second:                   "1m01s",
+		3*time.Hour + 5*time.Minute:        "3h05m",
+		49*time.Hour + 30*time.Minute:      "2d01h",
+		time.Second - 200*time.Microsecond: "1.0 s", // rounded to the millisecond first
+	} {
+		if got := age(d); got != want {
+			t.Errorf("age(%s) = %q, want %q", d, got, want)
+		}
+	}
 }

@@ -87,6 +87,14 @@ func linkUp(n *cpeNode, i int) float64 {
 	return gauge(n.m.LinkUp.WithLabelValues("headend", fmt.Sprintf("up%d", i)))
 }
 
+// linkStateChanged is the CPE's aggd_link_state_change_timestamp_seconds for uplink i.
+func linkStateChanged(n *cpeNode, i int) float64 {
+	return gauge(n.m.LinkStateChanged.WithLabelValues("headend", fmt.Sprintf("up%d", i)))
+}
+
+// timestamp is t as a Prometheus timestamp gauge holds it.
+func timestamp(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
 // 1. Handshake, then data both ways over three uplinks.
 func TestDataFlowsBothWaysOverEveryUplink(t *testing.T) {
 	p := newPeer(t, "cpe1", "100.64.0.2", "10.1.0.0/16")
@@ -274,9 +282,14 @@ func TestLinkDownAndUp(t *testing.T) {
 	n := b.startCPE(p, 3, time.Hour)
 	b.waitReady(n)
 	ms := b.mappings(n)
+	cut := time.Now()
 	heUp := b.cutLink(n, ms, 1)
 	if linkUp(n, 0) != 1 || linkUp(n, 2) != 1 {
 		t.Fatal("the other links went down too")
+	}
+	wentDown := linkStateChanged(n, 1)
+	if wentDown < timestamp(cut) || wentDown > timestamp(time.Now()) {
+		t.Errorf("link 1's state change is stamped %.3f, not between its cut (%.3f) and now", wentDown, timestamp(cut))
 	}
 
 	before := snapshot(ms)
@@ -293,6 +306,9 @@ func TestLinkDownAndUp(t *testing.T) {
 
 	ms[1].setBlackhole(false)
 	waitFor(t, "link 1 up again on both sides", func() bool { return linkUp(n, 1) == 1 && heUp() == 1 })
+	if back := linkStateChanged(n, 1); back <= wentDown || back > timestamp(time.Now()) {
+		t.Errorf("link 1's return is stamped %.3f, not between its going down (%.3f) and now", back, wentDown)
+	}
 	before = snapshot(ms)
 	b.both(n, 200)
 	after = snapshot(ms)

@@ -139,7 +139,7 @@ type link struct {
 
 type linkMetrics struct {
 	txBytes, txPackets, rxBytes, rxPackets, lost, dup prometheus.Counter
-	rtt, loss, rate, schedRate, up, suspect           prometheus.Gauge
+	rtt, loss, rate, schedRate, up, suspect, changed  prometheus.Gauge
 	capacity, queue, mtu, baseDelay, jitter           prometheus.Gauge
 }
 
@@ -528,6 +528,9 @@ func (l *link) delivering(r wire.LinkReport) bool {
 
 // setState records a state and its metrics. Caller holds mu.
 func (l *link) setState(s linkState) {
+	if s != l.state {
+		l.m.changed.SetToCurrentTime()
+	}
 	l.state = s
 	l.m.up.Set(boolGauge(s.inSchedule()))
 	l.m.suspect.Set(boolGauge(s == stateSuspect))

@@ -224,6 +224,7 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 			rtt: s.m.LinkRTT.WithLabelValues(lbl...), loss: s.m.LinkLoss.WithLabelValues(lbl...),
 			rate: s.m.LinkRate.WithLabelValues(lbl...), schedRate: s.m.LinkRatePrior.WithLabelValues(lbl...),
 			up: s.m.LinkUp.WithLabelValues(lbl...), suspect: s.m.LinkSuspect.WithLabelValues(lbl...),
+			changed:  s.m.LinkStateChanged.WithLabelValues(lbl...),
 			capacity: s.m.LinkCapacity.WithLabelValues(lbl...), queue: s.m.LinkQueueDelay.WithLabelValues(lbl...),
 			mtu: s.m.LinkMTU.WithLabelValues(lbl...), baseDelay: s.m.LinkBaseDelay.WithLabelValues(lbl...),
 			jitter: s.m.LinkJitter.WithLabelValues(lbl...),
@@ -237,6 +238,7 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 	l.est.SetPrior(l.prior())
 	l.publishCapacity()
 	l.setState(stateProbing)
+	l.m.changed.SetToCurrentTime() // a new link starts in probing (the zero state)
 	s.links[spec.ID] = l
 	s.rxMu.Lock()
 	s.reseq.SetLinks(evidenceLinks(s.links))
