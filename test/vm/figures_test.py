@@ -98,5 +98,35 @@ class IdleLinks(unittest.TestCase):
         self.assertEqual(lab.idle_links({"eth1": 0.071}, {"eth1": 1.40}, 1.5), [])
 
 
+class DetectionTiming(unittest.TestCase):
+    """A scrape that first shows a link down brackets aggd's decision; aggd's own stamp
+    of the change (aggd_link_state_change_timestamp_seconds) times it."""
+
+    def test_the_stamp_times_the_change_the_scrape_first_shows(self):
+        scrape = {"t": 3.89, "up": {"eth2": 0.0}, "changed": {"eth2": 3.61}}
+        self.assertEqual(lab.scrape_delay(scrape, ["eth2"], 2.86), (0.75, "aggd_stamp"))
+
+    def test_a_group_is_timed_by_its_last_link(self):
+        scrape = {"t": 11.0, "changed": {"dsl": 10.3, "cable": 10.6}}
+        self.assertEqual(lab.scrape_delay(scrape, ["dsl", "cable"], 10.0), (0.6, "aggd_stamp"))
+
+    def test_without_a_stamp_or_with_an_older_one_the_scrape_times_it(self):
+        self.assertEqual(lab.scrape_delay({"t": 3.89, "up": {}}, ["eth2"], 2.86), (1.03, "scrape"))
+        # A stamp from before the outage is an earlier change, not this one.
+        self.assertEqual(lab.scrape_delay({"t": 3.89, "changed": {"eth2": 1.0}}, ["eth2"], 2.86), (1.03, "scrape"))
+        self.assertEqual(lab.scrape_delay({"t": 11.0, "changed": {"dsl": 10.3}}, ["dsl", "cable"], 10.0),
+                         (1.0, "scrape"))
+
+    def test_failover_detection_reads_the_stamp(self):
+        fine = series((0, 10, 2.0), (10, 20, 1.9))
+        t = transfer(fine)
+        t["cpe_link_up"] = [{"t": 9.9, "up": {"dsl": 1.0, "cable": 1.0}, "changed": {"dsl": 1.0, "cable": 1.0}},
+                            {"t": 10.9, "up": {"dsl": 0.0, "cable": 0.0}, "changed": {"dsl": 10.4, "cable": 10.5}},
+                            {"t": 20.6, "up": {"dsl": 1.0, "cable": 1.0}, "changed": {"dsl": 20.2, "cable": 20.3}}]
+        (f,) = lab.failover_figures(t, {"dsl": 0.2, "cable": 1.3, "lte": 2.14}, None)
+        self.assertEqual((f["detect_s"], f["detect_timed_by"]), (0.5, "aggd_stamp"))
+        self.assertEqual(f["link_up_again_s"], 0.3)
+
+
 if __name__ == "__main__":
     unittest.main()

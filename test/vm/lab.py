@@ -31,6 +31,7 @@ import math
 import os
 import random
 import re
+import select
 import shutil
 import signal
 import socket
@@ -199,6 +200,64 @@ def batch(cmd, lines):
     r = subprocess.run(cmd + ["-batch", "-"], input="\n".join(lines) + "\n", capture_output=True, text=True)
     if r.returncode != 0:
         raise LabError(f"{' '.join(cmd)} -batch failed: {r.stderr.strip()}\n  batch was:\n  " + "\n  ".join(lines))
+
+
+class TcShell:
+    """A tc process kept running in one namespace (tc -batch reading a pipe), for the
+    changes made while something is measured: an outage, a rate step, the fluctuating
+    links' walk. A tc exec costs a process start-up, 0.25 s in an idle VM under TCG and
+    up to 0.85 s in a loaded one, and the change happens somewhere in it, so an outage's
+    time was known only to within that; here a change is a pipe write, and tc runs each
+    line as it reads it. A sentinel line after the batch (one line of output) says when
+    the lines before it are done, and anything on stderr by then is their error."""
+
+    SENTINEL = "qdisc show dev lo"  # one line: lo's noqueue
+
+    def __init__(self, netns):
+        self.netns = netns
+        self.lock = threading.Lock()
+        # stdbuf: tc's stdout is a pipe, which stdio would otherwise buffer past the sentinel.
+        self.p = subprocess.Popen(["stdbuf", "-oL", "tc", "-n", netns, "-force", "-batch", "-"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        os.set_blocking(self.p.stdout.fileno(), False)
+        os.set_blocking(self.p.stderr.fileno(), False)
+
+    def _drain(self, f):
+        try:
+            return os.read(f.fileno(), 65536) or b""
+        except BlockingIOError:
+            return b""
+
+    def run(self, lines, timeout=20):
+        """Runs lines and returns once tc has: raises LabError on an error or a timeout."""
+        with self.lock:
+            if self.p.poll() is not None:
+                raise LabError(f"tc -n {self.netns} -batch exited ({self.p.returncode}): "
+                               + self._drain(self.p.stderr).decode(errors="replace").strip())
+            self._drain(self.p.stdout)
+            self._drain(self.p.stderr)
+            self.p.stdin.write(("\n".join(lines + [self.SENTINEL]) + "\n").encode())
+            self.p.stdin.flush()
+            out, end = b"", time.time() + timeout
+            while b"\n" not in out:
+                left = end - time.time()
+                if left <= 0 or self.p.poll() is not None:
+                    raise LabError(f"tc -n {self.netns} -batch did not finish within {timeout} s "
+                                   f"(exit {self.p.returncode}); batch was:\n  " + "\n  ".join(lines))
+                select.select([self.p.stdout], [], [], left)
+                out += self._drain(self.p.stdout)
+            err = self._drain(self.p.stderr).decode(errors="replace").strip()
+            if err:
+                raise LabError(f"tc -n {self.netns} -batch failed: {err}\n  batch was:\n  " + "\n  ".join(lines))
+
+    def close(self):
+        if self.p.poll() is None:
+            self.p.stdin.close()
+            try:
+                self.p.wait(5)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
 
 
 def set_tcp_ecn(value):
@@ -455,6 +514,7 @@ class Topology:
         self.rates = {}  # (link name, dir) -> current rate in Mbit/s
         self.lock = threading.Lock()
         self.down = set()
+        self.shells = {}  # link namespace -> TcShell (tc_shell)
 
     @staticmethod
     def egress(d):  # the link namespace's interface that carries direction d out
@@ -523,6 +583,8 @@ class Topology:
             if n in ("lan", "srv") and hosts_use_ecn(self.sc):
                 in_ns(n, set_tcp_ecn, 1)
         self.pin_receive_cpus(offl)
+        for l in self.links:  # started now: a first change mid-transfer waited 2.7 s for one
+            self.tc_shell(l).run([])
 
     def pin_receive_cpus(self, ifaces):
         """Steers each veth's receive processing to one CPU with RPS. Without it, a veth
@@ -558,12 +620,27 @@ class Topology:
     def link(self, name):
         return next(l for l in self.links if l["name"] == name)
 
+    def tc_shell(self, l):
+        """The TcShell of link l's namespace, started on first use."""
+        with self.lock:
+            n = ns(f"l{l['index']}")
+            if n not in self.shells:
+                self.shells[n] = TcShell(n)
+            return self.shells[n]
+
+    def close(self):
+        """Stops the TcShells (before the namespaces are removed: each holds its own)."""
+        with self.lock:
+            shells, self.shells = list(self.shells.values()), {}
+        for sh_ in shells:
+            sh_.close()
+
     def set_down(self, name, down, dirs=("up", "down")):
         l = self.link(name)
         lines = []
         for d in dirs:
             lines += self.wire_lines(self.ingress(d), "drop" if down else "forward")
-        batch(["tc", "-n", ns(f"l{l['index']}")], lines)  # both directions in one exec
+        self.tc_shell(l).run(lines)  # both directions in one batch
         for d in dirs:
             if down:
                 self.down.add((name, d))
@@ -589,9 +666,9 @@ class Topology:
 
     def set_rate(self, name, d, mbit):
         l = self.link(name)
+        self.tc_shell(l).run([" ".join(["qdisc", "change", "dev", self.egress(d), "parent", "1:1", "handle", "10:",
+                                         *tbf_args(mbit, l[d]["queue_ms"], l["mtu"])])])
         with self.lock:
-            nsx(f"l{l['index']}", "tc", "qdisc", "change", "dev", self.egress(d), "parent", "1:1", "handle",
-                "10:", *tbf_args(mbit, l[d]["queue_ms"], l["mtu"]))
             self.rates[(name, d)] = mbit
 
 
@@ -712,11 +789,13 @@ class MetricsWatch(threading.Thread):
 
     UP_RE = re.compile(r'^aggd_link_up\{[^}]*link="([^"]*)"[^}]*\} (\S+)', re.M)
     TX_RE = re.compile(r'^aggd_link_transmit_bytes_total\{[^}]*link="([^"]*)"[^}]*\} (\S+)', re.M)
+    CHANGED_RE = re.compile(r'^aggd_link_state_change_timestamp_seconds\{[^}]*link="([^"]*)"[^}]*\} (\S+)', re.M)
 
     @classmethod
     def parse(cls, page):
         return ({k: float(v) for k, v in cls.UP_RE.findall(page)},
-                {k: float(v) for k, v in cls.TX_RE.findall(page)})
+                {k: float(v) for k, v in cls.TX_RE.findall(page)},
+                {k: float(v) for k, v in cls.CHANGED_RE.findall(page)})
 
     @staticmethod
     def fetch():
@@ -742,10 +821,12 @@ class MetricsWatch(threading.Thread):
         while not self.stop_ev.is_set():
             a = time.time()
             try:
-                up, tx = self.parse(self.fetch())
+                up, tx, changed = self.parse(self.fetch())
                 b = time.time()
+                # changed: each link's last health change (aggd's own stamp, same clock).
                 self.scrapes.append({"t": round((a + b) / 2 - self.t0, 3), "took_s": round(b - a, 3),
-                                     "up": up, "tx_bytes": tx})
+                                     "up": up, "tx_bytes": tx,
+                                     "changed": {k: round(v - self.t0, 3) for k, v in changed.items() if v > 0}})
             except Exception:  # noqa: BLE001 - a missed scrape only coarsens the figure
                 self.errors += 1
             self.stop_ev.wait(max(0.0, self.interval - (time.time() - a)))
@@ -795,6 +876,27 @@ def control_traffic(who, a, b):
 def first_scrape(scrapes, t_from, cond):
     """The first scrape after t_from for which cond(scrape) holds, or None."""
     return next((x for x in scrapes if x["t"] > t_from and cond(x)), None)
+
+
+def changed_since(scrape, names, t_from):
+    """When the links names were last changed by the time of scrape, by aggd's own stamp
+    (aggd_link_state_change_timestamp_seconds; the latest of them for a group): the
+    moment a scrape that first sees them in their new state only brackets. None if a
+    stamp is missing (an older aggd) or from before t_from (the scrape saw an older
+    change)."""
+    stamps = [(scrape.get("changed") or {}).get(n) for n in names]
+    if any(v is None or v < t_from for v in stamps):
+        return None
+    return max(stamps)
+
+
+def scrape_delay(scrape, names, t_from):
+    """From t_from to aggd's stamp of the change scrape first shows (changed_since), or
+    to the scrape itself without a stamp; and which of the two it is."""
+    at = changed_since(scrape, names, t_from)
+    if at is None:
+        return round(scrape["t"] - t_from, 2), "scrape"
+    return round(at - t_from, 2), "aggd_stamp"
 
 
 def goodput_between(fine, a, b, width=0.2):
@@ -1496,7 +1598,7 @@ bpf:
                 return
             dirs = ("up", "down") if ev.get("dir", "both") == "both" else (ev["dir"],)
             a = ev["action"]
-            t_apply = round(time.time() - t0, 2)  # when the change starts (tc takes ~0.5 s under TCG)
+            t_apply = round(time.time() - t0, 2)  # when the change starts
             if a in ("down", "up"):
                 self.topo.set_down_together(ev["links"], a == "down", dirs)
             elif a == "rate":
@@ -1509,8 +1611,8 @@ bpf:
             e2 = dict(ev)
             e2["applied_at"] = t_apply
             e2["apply_took_s"] = round(time.time() - t0 - t_apply, 2)
-            # The tc exec's time is almost all process start-up; its netlink request, and so
-            # the change, happens at its end: the control-plane figures count from here.
+            # The change is done by here (TcShell: milliseconds after applied_at, where a tc
+            # exec took 0.25-0.85 s under TCG): the control-plane figures count from here.
             e2["effective_at"] = round(time.time() - t0, 2)
             if a == "rate":
                 e2["effective_at_dir"] = eff
@@ -1731,11 +1833,14 @@ bpf:
                 break
             time.sleep(0.05)
         scrapes = watch.stop()
-        res["detect_s"] = round(det["t"] - t_down, 2) if det else None
-        if det:  # the scrape before it still saw the link up: detection happened in between
+        res["detect_s"], res["detect_timed_by"] = scrape_delay(det, [name], t_down) if det else (None, None)
+        if det:  # the scrape before it still saw the link up: the scrapes bracket the change
+            res["detect_scrape_s"] = round(det["t"] - t_down, 2)
             prev = [x for x in scrapes if x["t"] < det["t"]]
             res["detect_after_s_min"] = round(max(0.0, prev[-1]["t"] - t_down), 2) if prev else None
-        res["return_s"] = round(back["t"] - t_up, 2) if back else None
+        res["return_s"], res["return_timed_by"] = scrape_delay(back, [name], t_up) if back else (None, None)
+        if back:
+            res["return_scrape_s"] = round(back["t"] - t_up, 2)
         if back:  # does it send again (probes at least)? the first later scrape with more bytes
             tx0 = back["tx_bytes"].get(name)
             more = first_scrape(scrapes, back["t"] - 1e-3, lambda x: (x["tx_bytes"].get(name) or 0) > (tx0 or 0))
@@ -1743,10 +1848,11 @@ bpf:
         res["scrapes"] = len(scrapes)
         res["scrape_errors"] = watch.errors
         res["scrape_took_s_max"] = max((x["took_s"] for x in scrapes), default=None)
-        res["series"] = [{"t": x["t"], "up": x["up"].get(name), "tx_bytes": x["tx_bytes"].get(name)}
-                         for x in scrapes]
-        info(f"{name} down at t={res['effective_at']}s: CPE reported it down after "
-             f"{res['detect_s'] if det else 'never (within 15 s)'} s; back at t={res['restored_at']}s: up again after "
+        res["series"] = [{"t": x["t"], "up": x["up"].get(name), "tx_bytes": x["tx_bytes"].get(name),
+                          "changed": x.get("changed", {}).get(name)} for x in scrapes]
+        info(f"{name} down at t={res['effective_at']}s (applied from t={res['applied_at']}s): CPE found it down after "
+             f"{res['detect_s'] if det else 'never (within 15 s)'} s (by {res['detect_timed_by']}; first scrape to show "
+             f"it {res.get('detect_scrape_s')} s); back at t={res['restored_at']}s: up again after "
              f"{res['return_s'] if back else 'never (within 15 s)'} s, sending after {res.get('tx_rising_s')} s "
              f"({len(scrapes)} scrapes, {watch.errors} failed, slowest {res['scrape_took_s_max']} s)")
         return res
@@ -2304,7 +2410,7 @@ def failover_figures(t, base, sums):
         f.update(sender_around(t, t_out))
         scr = t.get("cpe_link_up") or []
         det = first_scrape(scr, t_out, lambda x: all(x["up"].get(n) == 0 for n in group))
-        f["detect_s"] = round(det["t"] - t_out, 2) if det else None
+        f["detect_s"], f["detect_timed_by"] = scrape_delay(det, group, t_out) if det else (None, None)
         f["scrapes"] = len(scr)
         ret = None
         if up:
@@ -2316,7 +2422,7 @@ def failover_figures(t, base, sums):
         f["sender_retransmits_after_return"] = (sender_retransmits(t, t_up, t_up + SENDER_AFTER_RETURN_S)
                                                 if up else None)
         back = first_scrape(scr, t_up, lambda x: all(x["up"].get(n) == 1 for n in group)) if up else None
-        f["link_up_again_s"] = round(back["t"] - t_up, 2) if back else None
+        f["link_up_again_s"] = scrape_delay(back, group, t_up)[0] if back else None
         out.append(f)
     return out
 
@@ -2413,7 +2519,8 @@ def control_figures(r, sc):
                     pre_outage_goodput_mbit=f["pre_outage_goodput_mbit"])
             add(f"failover_detect_{f['link']}_s", f["detect_s"], None, "s", True, cpu, t,
                 status="info" if f["detect_s"] is not None else "n/a",
-                note="CPE's aggd_link_up went to 0 (under load; no limit in the issue)")
+                timed_by=f.get("detect_timed_by"),
+                note="the CPE found the link down (under load; no limit in the issue)")
             if f["restored_effective_at"] is not None:
                 add(f"link_return_{f['link']}_s", f["return_s"], 3, "s", f["return_s"] is not None and f["return_s"] <= 3,
                     cpu, t, status=("cpu-bound" if cpu else "FAIL") if f["return_s"] is None else None,
@@ -2433,10 +2540,12 @@ def control_figures(r, sc):
         limit = STANDBY_PROBE_S + 1 if standby else 1
         add(f"idle_link_detect_{o['link']}_s", o["detect_s"], limit, "s", ok and o["detect_s"] <= limit,
             status=None if ok else "FAIL", scrape_interval_s=o["scrape_interval_s"],
+            timed_by=o.get("detect_timed_by"), first_scrape_s=o.get("detect_scrape_s"),
             note=f"a {cls[o['link']]} link, probed every {STANDBY_PROBE_S:g} s while idle" if standby else None)
         ok = o["return_s"] is not None
         add(f"idle_link_return_{o['link']}_s", o["return_s"], 3, "s", ok and o["return_s"] <= 3,
-            status=None if ok else "FAIL", tx_rising_s=o.get("tx_rising_s"))
+            status=None if ok else "FAIL", tx_rising_s=o.get("tx_rising_s"), timed_by=o.get("return_timed_by"),
+            first_scrape_s=o.get("return_scrape_s"))
     return figs
 
 
@@ -2531,8 +2640,8 @@ def print_summary(r):
             + (f"; {f['sender_retransmits_after_return']} retransmissions in the {SENDER_AFTER_RETURN_S:g} s "
                f"after the return" if f.get("sender_retransmits_after_return") is not None else ""))
     for o in r.get("idle_outages", []):
-        log(f"    idle outage of {o['link']}: CPE reported it down after {o['detect_s']} s, up again "
-            f"{o['return_s']} s after it returned")
+        log(f"    idle outage of {o['link']}: CPE found it down after {o['detect_s']} s, up again "
+            f"{o['return_s']} s after it returned (timed by {o.get('detect_timed_by', 'scrape')})")
     if "vpn" in r:
         v = r["vpn"]
         log(f"    {v['kind']}: replay drops {v['replay_drops']}, paced UDP loss {v['udp_lost_packets']}/{v['udp_packets']}")
@@ -2581,6 +2690,7 @@ def run_scenario(arg, live=True, demo=False):
     finally:
         run.fluct_stop.set()
         run.procs.stop_all()
+        run.topo.close()
         for f in ("cpe.log", "hub.log", "openvpn-lan.log", "openvpn-srv.log"):
             p = os.path.join(run.work, f)
             if os.path.exists(p):
