@@ -29,8 +29,9 @@ func showStatus(args []string, stdout, stderr io.Writer) int {
 	peer := fs.String("peer", "", "show this peer alone (on a headend, one CPE by its name in peers[])")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: aggd status [--config FILE | --addr HOST:PORT] [--peer NAME] [--interval D] [--watch]\n\n"+
-			"Shows each peer's links (health, RTT, queueing delay, loss, estimated capacity, the rate the\n"+
-			"scheduler assumes) and, from two readings --interval apart, what each link carries now.\n"+
+			"Shows each peer's links (health and how long in it, RTT, queueing delay, loss, estimated\n"+
+			"capacity, the rate the scheduler assumes) and, from two readings --interval apart, what\n"+
+			"each link carries now.\n"+
 			"It reads the daemon's Prometheus endpoint, so metrics must be enabled.\n\n")
 		fs.PrintDefaults()
 	}
