@@ -116,6 +116,8 @@ class DetectionTiming(unittest.TestCase):
         self.assertEqual(lab.scrape_delay({"t": 3.89, "changed": {"eth2": 1.0}}, ["eth2"], 2.86), (1.03, "scrape"))
         self.assertEqual(lab.scrape_delay({"t": 11.0, "changed": {"dsl": 10.3}}, ["dsl", "cable"], 10.0),
                          (1.0, "scrape"))
+        # No scrape showed the change at all.
+        self.assertEqual(lab.scrape_delay(None, ["eth2"], 2.86), (None, None))
 
     def test_failover_detection_reads_the_stamp(self):
         fine = series((0, 10, 2.0), (10, 20, 1.9))

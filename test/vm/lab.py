@@ -775,6 +775,11 @@ def one_second_chunks(samples):
     return out
 
 
+def per_link(metric):
+    """A pattern for a per-link metric's samples in a scrape: (link label, value) per match."""
+    return re.compile(rf'^{metric}\{{[^}}]*link="([^"]*)"[^}}]*\}} (\S+)', re.M)
+
+
 class MetricsWatch(threading.Thread):
     """Scrapes the CPE's Prometheus endpoint every interval: aggd_link_up and
     aggd_link_transmit_bytes_total per link. Each scrape is placed at the middle of its
@@ -787,15 +792,14 @@ class MetricsWatch(threading.Thread):
         self.scrapes = []
         self.errors = 0
 
-    UP_RE = re.compile(r'^aggd_link_up\{[^}]*link="([^"]*)"[^}]*\} (\S+)', re.M)
-    TX_RE = re.compile(r'^aggd_link_transmit_bytes_total\{[^}]*link="([^"]*)"[^}]*\} (\S+)', re.M)
-    CHANGED_RE = re.compile(r'^aggd_link_state_change_timestamp_seconds\{[^}]*link="([^"]*)"[^}]*\} (\S+)', re.M)
+    UP_RE = per_link("aggd_link_up")
+    TX_RE = per_link("aggd_link_transmit_bytes_total")
+    CHANGED_RE = per_link("aggd_link_state_change_timestamp_seconds")
 
     @classmethod
     def parse(cls, page):
-        return ({k: float(v) for k, v in cls.UP_RE.findall(page)},
-                {k: float(v) for k, v in cls.TX_RE.findall(page)},
-                {k: float(v) for k, v in cls.CHANGED_RE.findall(page)})
+        """Each link's up, transmitted bytes and last state change: three {link: value}."""
+        return tuple({k: float(v) for k, v in r.findall(page)} for r in (cls.UP_RE, cls.TX_RE, cls.CHANGED_RE))
 
     @staticmethod
     def fetch():
@@ -878,25 +882,18 @@ def first_scrape(scrapes, t_from, cond):
     return next((x for x in scrapes if x["t"] > t_from and cond(x)), None)
 
 
-def changed_since(scrape, names, t_from):
-    """When the links names were last changed by the time of scrape, by aggd's own stamp
-    (aggd_link_state_change_timestamp_seconds; the latest of them for a group): the
-    moment a scrape that first sees them in their new state only brackets. None if a
-    stamp is missing (an older aggd) or from before t_from (the scrape saw an older
-    change)."""
+def scrape_delay(scrape, names, t_from):
+    """From t_from to the change of links names that scrape is the first to show, and how
+    it was timed: by aggd's own stamp (aggd_link_state_change_timestamp_seconds; the
+    latest of a group's), which the scrape only brackets, or by the scrape itself when a
+    stamp is missing (an older aggd) or from before t_from (an older change). (None,
+    None) without a scrape."""
+    if scrape is None:
+        return None, None
     stamps = [(scrape.get("changed") or {}).get(n) for n in names]
     if any(v is None or v < t_from for v in stamps):
-        return None
-    return max(stamps)
-
-
-def scrape_delay(scrape, names, t_from):
-    """From t_from to aggd's stamp of the change scrape first shows (changed_since), or
-    to the scrape itself without a stamp; and which of the two it is."""
-    at = changed_since(scrape, names, t_from)
-    if at is None:
         return round(scrape["t"] - t_from, 2), "scrape"
-    return round(at - t_from, 2), "aggd_stamp"
+    return round(max(stamps) - t_from, 2), "aggd_stamp"
 
 
 def goodput_between(fine, a, b, width=0.2):
@@ -1833,12 +1830,12 @@ bpf:
                 break
             time.sleep(0.05)
         scrapes = watch.stop()
-        res["detect_s"], res["detect_timed_by"] = scrape_delay(det, [name], t_down) if det else (None, None)
+        res["detect_s"], res["detect_timed_by"] = scrape_delay(det, [name], t_down)
         if det:  # the scrape before it still saw the link up: the scrapes bracket the change
             res["detect_scrape_s"] = round(det["t"] - t_down, 2)
             prev = [x for x in scrapes if x["t"] < det["t"]]
             res["detect_after_s_min"] = round(max(0.0, prev[-1]["t"] - t_down), 2) if prev else None
-        res["return_s"], res["return_timed_by"] = scrape_delay(back, [name], t_up) if back else (None, None)
+        res["return_s"], res["return_timed_by"] = scrape_delay(back, [name], t_up)
         if back:
             res["return_scrape_s"] = round(back["t"] - t_up, 2)
         if back:  # does it send again (probes at least)? the first later scrape with more bytes
@@ -2410,7 +2407,7 @@ def failover_figures(t, base, sums):
         f.update(sender_around(t, t_out))
         scr = t.get("cpe_link_up") or []
         det = first_scrape(scr, t_out, lambda x: all(x["up"].get(n) == 0 for n in group))
-        f["detect_s"], f["detect_timed_by"] = scrape_delay(det, group, t_out) if det else (None, None)
+        f["detect_s"], f["detect_timed_by"] = scrape_delay(det, group, t_out)
         f["scrapes"] = len(scr)
         ret = None
         if up:
@@ -2422,7 +2419,7 @@ def failover_figures(t, base, sums):
         f["sender_retransmits_after_return"] = (sender_retransmits(t, t_up, t_up + SENDER_AFTER_RETURN_S)
                                                 if up else None)
         back = first_scrape(scr, t_up, lambda x: all(x["up"].get(n) == 1 for n in group)) if up else None
-        f["link_up_again_s"] = scrape_delay(back, group, t_up)[0] if back else None
+        f["link_up_again_s"] = scrape_delay(back, group, t_up)[0]
         out.append(f)
     return out
 
