@@ -1582,8 +1582,8 @@ bpf:
             if fp:
                 t = fp.get("first_s", 5)
                 while t < seconds:
-                    evs.append({"at": t, "link": l["name"], "action": "down", "flap": True})
-                    evs.append({"at": t + fp["down_s"], "link": l["name"], "action": "up", "flap": True})
+                    for at, a in ((t, "down"), (t + fp["down_s"], "up")):
+                        evs.append({"at": at, "link": l["name"], "links": [l["name"]], "action": a, "flap": True})
                     t += fp["period_s"]
         return sorted(evs, key=lambda e: e["at"])
 
