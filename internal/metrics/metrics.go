@@ -34,6 +34,7 @@ type Set struct {
 	LinkUp           *prometheus.GaugeVec
 	LinkSuspect      *prometheus.GaugeVec
 	LinkStateChanged *prometheus.GaugeVec
+	LinkSuspicions   *prometheus.CounterVec
 	LinkDuplicate    *prometheus.CounterVec
 	LinkCapacity     *prometheus.GaugeVec
 	LinkQueueDelay   *prometheus.GaugeVec
@@ -69,6 +70,8 @@ type Set struct {
 	RepairUnavailable  *prometheus.CounterVec
 	UplinkEvents       *prometheus.CounterVec
 
+	ControlLoopLate prometheus.Histogram
+
 	FallbackDirect      prometheus.Gauge
 	FallbackTransitions *prometheus.CounterVec
 
@@ -99,6 +102,10 @@ func New() *Set {
 		LinkSuspect: gaugeVec("link_suspect", "1 while a link's probe replies have stopped but it is not yet down: its traffic is also copied to another link.", linkLabels),
 		LinkStateChanged: gaugeVec("link_state_change_timestamp_seconds", "Unix time of a link's last health-state change (probing, up, suspect, down): "+
 			"when aggd decided it, which a scrape of aggd_link_up or aggd_link_suspect only brackets.", linkLabels),
+		LinkSuspicions: counterVec("link_suspicions_total", "Times a link went suspect (its traffic copied to another link until it is up or down again), "+
+			"by cause: silence (no probe reply), reports (the peer's reports show its data stopped arriving), owed (silent while the peer's "+
+			"reports show data sent on it an RTT before missing), peer_copies (silent while the peer copies what it sends), "+
+			"missed_probe (a probe unanswered while another link owes data).", []string{"peer", "link", "cause"}),
 		LinkDuplicate: counterVec("link_redundant_packets_total", "Redundant copies sent on a link for another link in doubt.", linkLabels),
 		LinkCapacity:  gaugeVec("link_capacity_bits_per_second", "Estimated capacity of a link towards the peer: its delivery rate while queueing, Kalman-filtered (0 until measured or configured).", linkLabels),
 		LinkMTU: gaugeVec("link_mtu_bytes", "Largest inner packet a link takes (its MTU less the tunnel's outer headers, at most the CPE's tunnel MTU), "+
@@ -147,6 +154,13 @@ func New() *Set {
 	s.LateCopies = counterVec("reorder_late_copies_delivered_total", "Redundant copies delivered out of order because the resequencer had given their "+
 		"sequence number up before they came (their original was lost): copies of what a link in doubt had in flight come behind later packets.", []string{"peer"})
 	s.UplinkEvents = counterVec("uplink_events_total", "Changes netlink reported on the CPE's uplinks, by kind (carrier_lost, carrier_back, address_added, address_removed, route_changed, created, mtu_changed).", []string{"link", "kind"})
+	s.ControlLoopLate = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "aggd", Name: "control_loop_lateness_seconds",
+		Help: "How much later than its interval (probe.interval) each run of the control loop came, from the gap since the run before: " +
+			"time aggd could not run (a CPU too busy, a stalled VM). Links are silent to aggd for that long, so a lateness near the " +
+			"suspicion time (three probe intervals) can have healthy links suspected (aggd_link_suspicions_total).",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 1, 2},
+	})
 	s.FallbackDirect = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "aggd", Name: "fallback_direct",
 		Help: "1 while new LAN connections leave directly out of an uplink because the headend is silent (CPE, fallback.enabled).",
@@ -164,11 +178,11 @@ func New() *Set {
 
 	s.Registry.MustRegister(
 		s.LinkTxBytes, s.LinkTxPackets, s.LinkRxBytes, s.LinkRxPackets, s.LinkLost,
-		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkStateChanged, s.LinkDuplicate,
+		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkStateChanged, s.LinkSuspicions, s.LinkDuplicate,
 		s.LinkCapacity, s.LinkQueueDelay, s.LinkBaseDelay, s.LinkJitter, s.LinkInfo, s.LinkMTU,
 		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderStretches, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
-		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.UplinkEvents, s.ControlTxBytes, s.ControlTxPackets, s.FallbackDirect, s.FallbackTransitions,
+		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.UplinkEvents, s.ControlTxBytes, s.ControlTxPackets, s.ControlLoopLate, s.FallbackDirect, s.FallbackTransitions,
 		s.DataUsed, s.DataCap, s.DataCapReached, s.DataPeriodEnd,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -176,6 +176,7 @@ func (c *CPE) Run(ctx context.Context) error {
 
 	ticker := time.NewTicker(c.cfg.Session.Probe)
 	defer ticker.Stop()
+	lag := newLoopLag(c.cfg.Session.Probe, c.m.ControlLoopLate, c.log)
 	announce := time.NewTicker(time.Second)
 	defer announce.Stop()
 	c.maybeHandshake(time.Now())
@@ -190,6 +191,7 @@ func (c *CPE) Run(ctx context.Context) error {
 			wg.Wait()
 			return nil
 		case now := <-ticker.C:
+			lag.observe(time.Now())
 			c.maybeHandshake(now)
 			if s := c.session.Load(); s != nil {
 				s.tick(now)

@@ -86,6 +86,7 @@ func (h *Headend) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); readTun(ctx, h.tun, h.m, h.route) }()
 	ticker := time.NewTicker(h.cfg.Session.Probe)
 	defer ticker.Stop()
+	lag := newLoopLag(h.cfg.Session.Probe, h.m.ControlLoopLate, h.log)
 	for {
 		select {
 		case <-ctx.Done():
@@ -99,6 +100,7 @@ func (h *Headend) Run(ctx context.Context) error {
 			wg.Wait()
 			return nil
 		case now := <-ticker.C:
+			lag.observe(time.Now())
 			h.mu.RLock()
 			sessions := make([]*Session, 0, len(h.byPeer))
 			for _, s := range h.byPeer {

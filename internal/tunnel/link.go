@@ -141,6 +141,7 @@ type linkMetrics struct {
 	txBytes, txPackets, rxBytes, rxPackets, lost, dup prometheus.Counter
 	rtt, loss, rate, schedRate, up, suspect, changed  prometheus.Gauge
 	capacity, queue, mtu, baseDelay, jitter           prometheus.Gauge
+	suspicions                                        *prometheus.CounterVec // by cause (healthCause.label)
 }
 
 // rxAccount is what the receiver learns about a link from the data arriving on it.
@@ -499,6 +500,11 @@ const (
 	causePeerCopies                           // silence while the peer copies what it sends
 	causeMissedInDoubt                        // a probe unanswered while another link owes data
 )
+
+// label names the cause in aggd_link_suspicions_total.
+func (c healthCause) label() string {
+	return [...]string{"silence", "reports", "reports_and_silence", "owed", "peer_copies", "missed_probe"}[c]
+}
 
 func (c healthCause) String() string {
 	return [...]string{

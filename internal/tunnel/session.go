@@ -224,8 +224,9 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 			rtt: s.m.LinkRTT.WithLabelValues(lbl...), loss: s.m.LinkLoss.WithLabelValues(lbl...),
 			rate: s.m.LinkRate.WithLabelValues(lbl...), schedRate: s.m.LinkRatePrior.WithLabelValues(lbl...),
 			up: s.m.LinkUp.WithLabelValues(lbl...), suspect: s.m.LinkSuspect.WithLabelValues(lbl...),
-			changed:  s.m.LinkStateChanged.WithLabelValues(lbl...),
-			capacity: s.m.LinkCapacity.WithLabelValues(lbl...), queue: s.m.LinkQueueDelay.WithLabelValues(lbl...),
+			changed:    s.m.LinkStateChanged.WithLabelValues(lbl...),
+			suspicions: s.m.LinkSuspicions.MustCurryWith(prometheus.Labels{"peer": s.cfg.Peer, "link": spec.Name}),
+			capacity:   s.m.LinkCapacity.WithLabelValues(lbl...), queue: s.m.LinkQueueDelay.WithLabelValues(lbl...),
 			mtu: s.m.LinkMTU.WithLabelValues(lbl...), baseDelay: s.m.LinkBaseDelay.WithLabelValues(lbl...),
 			jitter: s.m.LinkJitter.WithLabelValues(lbl...),
 		},
@@ -1065,6 +1066,7 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 // announceSuspect acts on a link that just went suspect: the packets it had in flight
 // get copies (rescue), and the log says why.
 func (s *Session) announceSuspect(l *link, cause healthCause) {
+	l.m.suspicions.WithLabelValues(cause.label()).Inc()
 	l.log.Warn("link suspect: copying its traffic to another link", "cause", cause.String(),
 		"copied_in_flight", s.rescue(l))
 }

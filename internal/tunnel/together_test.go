@@ -272,6 +272,17 @@ func TestPeerCopiesActAtOnce(t *testing.T) {
 		if !l.isSuspect() {
 			t.Errorf("%s: not suspect on the peer's first copy, 175 ms after it died", l.spec.Name)
 		}
+		// Each suspicion is counted once, by its cause, for the lab to tell outages'
+		// suspicions from a loaded host's.
+		for _, cause := range []healthCause{causeSilence, causeReports, causeOwedAndSilence, causePeerCopies, causeMissedInDoubt} {
+			want := 0.0
+			if cause == causePeerCopies {
+				want = 1
+			}
+			if got := gauge(r.s.m.LinkSuspicions.WithLabelValues(r.s.cfg.Peer, l.spec.Name, cause.label())); got != want {
+				t.Errorf("%s: aggd_link_suspicions_total{cause=%q} = %v, want %v", l.spec.Name, cause.label(), got, want)
+			}
+		}
 	}
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Tests of the lab's failover figures (make test runs them): the arithmetic that turns
-a transfer's goodput series into the issue's recovery figure and the info figure beside
-it, on made-up series whose answers are known."""
+"""Tests of the lab's figures (make test runs them): the arithmetic that turns a
+transfer's goodput series into the issue's recovery figure and the info figure beside
+it, detection timing, and the count of suspicions, on made-up inputs whose answers are
+known."""
 
 import os
 import sys
@@ -128,6 +129,55 @@ class DetectionTiming(unittest.TestCase):
         (f,) = lab.failover_figures(t, {"dsl": 0.2, "cable": 1.3, "lte": 2.14}, None)
         self.assertEqual((f["detect_s"], f["detect_timed_by"]), (0.5, "aggd_stamp"))
         self.assertEqual(f["link_up_again_s"], 0.3)
+
+
+HUB_PAGE = """# HELP aggd_link_info 1 per link
+aggd_link_info{link="link0",name="dsl",peer="cpe1"} 1
+aggd_link_info{link="link1",name="cable",peer="cpe1"} 1
+aggd_link_suspicions_total{cause="owed",link="link0",peer="cpe1"} 3
+aggd_link_suspicions_total{cause="silence",link="link0",peer="cpe1"} 1
+aggd_link_suspicions_total{cause="reports",link="link1",peer="cpe1"} 2
+aggd_link_suspect{link="link0",peer="cpe1"} 0
+"""
+
+
+class Suspicions(unittest.TestCase):
+    def test_a_headend_page_is_read_under_the_cpe_names(self):
+        self.assertEqual(lab.suspicion_counts(HUB_PAGE),
+                         {"dsl": {"owed": 3.0, "silence": 1.0}, "cable": {"reports": 2.0}})
+
+    def test_a_transfer_counts_what_it_added(self):
+        before = {"cpe": {"suspicions": {"dsl": {"owed": 1.0}}}, "hub": {"suspicions": lab.suspicion_counts(HUB_PAGE)}}
+        after = {"cpe": {"suspicions": {"dsl": {"owed": 1.0}, "lte": {"peer_copies": 2.0}}},
+                 "hub": {"suspicions": {"dsl": {"owed": 5.0, "silence": 1.0}, "cable": {"reports": 2.0}}}}
+        self.assertEqual(lab.suspicions_between(before, after),
+                         {"cpe": {"lte": {"peer_copies": 2}}, "hub": {"dsl": {"owed": 2}}})
+        # A side whose metrics could not be read: no count rather than a wrong one.
+        self.assertIsNone(lab.suspicions_between(dict(before, hub=None), after))
+
+    def test_links_an_outage_took_down_are_not_false_alarms(self):
+        t = transfer(series((0, 30, 2.0)), links=("dsl",), name="dsl")
+        t["suspicions"] = {"cpe": {"dsl": {"owed": 1}, "cable": {"missed_probe": 2}},
+                           "hub": {"cable": {"owed": 1, "silence": 1}}}
+        self.assertEqual(lab.false_alarms(t),
+                         (4, {"cpe": {"cable": {"missed_probe": 2}}, "hub": {"cable": {"owed": 1, "silence": 1}}}))
+        t["suspicions"] = None
+        self.assertEqual(lab.false_alarms(t), (None, None))
+
+
+    def test_late_runs_of_the_control_loop_per_transfer(self):
+        page = "\n".join(['aggd_control_loop_lateness_seconds_bucket{le="0.05"} 90',
+                           'aggd_control_loop_lateness_seconds_bucket{le="0.1"} 95',
+                           'aggd_control_loop_lateness_seconds_bucket{le="0.3"} 98',
+                           'aggd_control_loop_lateness_seconds_bucket{le="+Inf"} 100',
+                           'aggd_control_loop_lateness_seconds_count 100'])
+        self.assertEqual(lab.late_runs(page), {"0.1": 5.0, "0.3": 2.0})
+        self.assertEqual(lab.late_runs("aggd_sessions 1"), {})  # an aggd without the histogram
+        before = {"cpe": {"late_runs": {"0.1": 1.0, "0.3": 0.0}}, "hub": {"late_runs": {}}}
+        after = {"cpe": {"late_runs": lab.late_runs(page)}, "hub": {"late_runs": {"0.1": 2.0, "0.3": 1.0}}}
+        self.assertEqual(lab.late_runs_between(before, after),
+                         {"cpe": {"over_0.1_s": 4, "over_0.3_s": 2}, "hub": {"over_0.1_s": 2, "over_0.3_s": 1}})
+        self.assertIsNone(lab.late_runs_between(dict(before, cpe=None), after))
 
 
 if __name__ == "__main__":

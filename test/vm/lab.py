@@ -842,26 +842,98 @@ class MetricsWatch(threading.Thread):
 
 
 CONTROL_RE = re.compile(r'^aggd_control_transmit_bytes_total\{[^}]*type="([^"]*)"[^}]*\} (\S+)', re.M)
+SUSPICIONS_RE = re.compile(r'^aggd_link_suspicions_total\{([^}]*)\} (\S+)', re.M)
+LINK_INFO_RE = re.compile(r'^aggd_link_info\{([^}]*)\} \S+', re.M)
+LATE_BUCKET_RE = re.compile(r'^aggd_control_loop_lateness_seconds_bucket\{le="([^"]+)"\} (\S+)', re.M)
+LATE_COUNT_RE = re.compile(r'^aggd_control_loop_lateness_seconds_count (\S+)', re.M)
+# The lateness of a daemon's control loop counted per transfer: beyond a probe interval,
+# and beyond the suspicion time (three), by when its silence alone can have a healthy
+# link suspected.
+LATE_OVER_S = ("0.1", "0.3")
 
 
-def control_snapshot(who):
-    """What one daemon has sent so far: its control messages' bytes by type
-    (aggd_control_transmit_bytes_total) and all its links' bytes, with the time; None
-    when its metrics cannot be read (the figure is then left out)."""
+def late_runs(page):
+    """How many runs of a daemon's control loop so far came later than each of
+    LATE_OVER_S seconds (aggd_control_loop_lateness_seconds), {bound: n}; {} from an
+    aggd without the histogram."""
+    count = LATE_COUNT_RE.search(page)
+    if not count:
+        return {}
+    buckets = dict(LATE_BUCKET_RE.findall(page))
+    return {b: float(count.group(1)) - float(buckets[b]) for b in LATE_OVER_S if b in buckets}
+
+
+def labels(text):
+    """A sample's labels, {name: value}, from the text between its braces."""
+    return dict(re.findall(r'(\w+)="([^"]*)"', text))
+
+
+def suspicion_counts(page):
+    """Each link's suspicions so far (aggd_link_suspicions_total), {link: {cause: n}},
+    under the CPE's name for the link: a headend calls its CPE's links link0, link1, ...
+    and gives the CPE's names in aggd_link_info."""
+    names = {lb["link"]: lb["name"] for lb in map(labels, LINK_INFO_RE.findall(page)) if "name" in lb}
+    out = {}
+    for text, v in SUSPICIONS_RE.findall(page):
+        lb = labels(text)
+        link = names.get(lb.get("link"), lb.get("link"))
+        out.setdefault(link, {})[lb.get("cause", "?")] = float(v)
+    return out
+
+
+def suspicions_text(by_side):
+    """{side: {link: {cause: n}}} in words: "cpe's dsl: owed 2; hub's lte: silence 1"."""
+    return "; ".join(f"{side}'s {link}: " + ", ".join(f"{c} {n}" for c, n in sorted(causes.items()))
+                     for side, per_link in by_side.items() for link, causes in sorted(per_link.items()))
+
+
+def daemon_snapshot(who):
+    """What one daemon has done so far, from its metrics, with the time: its control
+    messages' bytes by type (aggd_control_transmit_bytes_total), all its links' bytes,
+    its links' suspicions by cause, and its control loop's late runs; None when its
+    metrics cannot be read (the figures are then left out)."""
     try:
         page = http_get(who, METRICS)
     except Exception as e:  # noqa: BLE001 - a missing figure, not a failed run
-        log(f"warning: could not scrape {who} metrics for the control traffic: {e}")
+        log(f"warning: could not scrape {who} metrics for the control traffic and suspicions: {e}")
         return None
     by_type = {}
     for t, v in CONTROL_RE.findall(page):
         by_type[t] = by_type.get(t, 0.0) + float(v)
     links = sum(float(v) for _, v in MetricsWatch.TX_RE.findall(page))
-    return {"t": time.time(), "by_type": by_type, "links": links}
+    return {"t": time.time(), "by_type": by_type, "links": links, "suspicions": suspicion_counts(page),
+            "late_runs": late_runs(page)}
+
+
+def late_runs_between(a, b):
+    """Each side's control-loop runs later than each of LATE_OVER_S between two
+    daemon_snapshots of each: {side: {"over_<bound>_s": n}}; None if a side's metrics
+    could not be read."""
+    if not all(a.get(side) and b.get(side) for side in b):
+        return None
+    return {side: {f"over_{k}_s": int(round(v - a[side]["late_runs"].get(k, 0.0)))
+                   for k, v in b[side]["late_runs"].items()} for side in b}
+
+
+def suspicions_between(a, b):
+    """The suspicions each side's links went into between two daemon_snapshots of each,
+    ({side: snapshot} before and after): {side: {link: {cause: n}}}, only the non-zero
+    counts; None if a side's metrics could not be read."""
+    if not all(a.get(side) and b.get(side) for side in b):
+        return None
+    out = {}
+    for side in b:
+        before = a[side]["suspicions"]
+        for link, causes in b[side]["suspicions"].items():
+            for cause, n in causes.items():
+                dn = int(round(n - before.get(link, {}).get(cause, 0.0)))
+                if dn > 0:
+                    out.setdefault(side, {}).setdefault(link, {})[cause] = dn
+    return out
 
 
 def control_traffic(who, a, b):
-    """The sending side's control messages between two control_snapshots: bytes per
+    """The sending side's control messages between two daemon_snapshots: bytes per
     second by type, and their share of everything its links carried (outer headers
     included on both sides). They ride in the loaded direction, so this share is taken
     from what the flow could have had."""
@@ -1651,7 +1723,7 @@ bpf:
         evs = self.events_for(secs)
         self.restart_fluctuation(f"transfer-{key}")
         sender = "cpe" if d == "up" else "hub"
-        ctrl_before = control_snapshot(sender)
+        daemons_before = {who: daemon_snapshot(who) for who in ("cpe", "hub")}
         smp = Sampler(self.topo, self.aggd_pids(), interval=SAMPLE_S,
                       live=self.live_line(d, None) if self.live else None)
         # aggd_link_up per link from the CPE's metrics while links go down and come back.
@@ -1695,7 +1767,10 @@ bpf:
         # and window per 0.2-s interval (the client's upstream, the server's downstream).
         with open(os.path.join(self.outdir, f"iperf-{label}-{key}.json"), "w") as f:
             json.dump(j, f)
-        ctrl = control_traffic(sender, ctrl_before, control_snapshot(sender))
+        daemons_after = {who: daemon_snapshot(who) for who in ("cpe", "hub")}
+        ctrl = control_traffic(sender, daemons_before[sender], daemons_after[sender])
+        suspicions = suspicions_between(daemons_before, daemons_after)
+        late = late_runs_between(daemons_before, daemons_after)
         stop.set()
         sched.join(5)
         samples = smp.stop()
@@ -1742,7 +1817,7 @@ bpf:
                "goodput_fine": [{"t": t, "mbit": round(v, 3)} for t, v in fine],
                "sender_tcp": [{"t": round(t + off, 2), "window_bytes": w, "retransmits": rx, "srtt_ms": rtt_ms}
                               for t, w, rx, rtt_ms in sender_intervals(j, d == "down")],
-               "control_traffic": ctrl}
+               "control_traffic": ctrl, "suspicions": suspicions, "control_loop_late_runs": late}
         if scrapes:
             out["cpe_link_up"] = scrapes
         # Goodput over each sample's period (time-weighted over the receiver's 0.2 s
@@ -1786,6 +1861,11 @@ bpf:
             info(f"control messages from the {ctrl['side']}: {ctrl['kbit_per_s']} kbit/s, "
                  f"{100 * (ctrl['share_of_link_bytes'] or 0):.2f} % of its link bytes ("
                  + ", ".join(f"{t} {v:.0f}" for t, v in ctrl["bytes_per_s"].items()) + " bytes/s)")
+        if suspicions:
+            info(f"links suspected (their traffic copied) during the transfer: {suspicions_text(suspicions)}")
+        if late:
+            info("control loops run late (aggd not running): " + "; ".join(
+                f"{side} " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in v.items()) for side, v in late.items()))
         if out["stall"]:
             for st in out["stall"]:
                 info(f"outage of {st['link']} at t={st['outage_at']}s: stall {st['stall_s']}s "
@@ -2501,6 +2581,12 @@ def control_figures(r, sc):
                 slowest_used_link=slow, its_idle_rtt_ms=base, pings=rtt.get("samples"),
                 **beside_vpn_rtt(t.get("rtt_under_load_beside_vpn"), base),
                 **link_queue_rtt(t.get("rtt_under_load_links", {}).get(slow), rtt["p50_ms"], base))
+        n, detail = false_alarms(t)
+        if n is not None:
+            add("suspicions_of_links_not_taken_down", n, None, "suspicions", True, cpu, t, status="info", by_side=detail,
+                control_loop_late_runs=t.get("control_loop_late_runs"),
+                note="times a link no scheduled outage took down went suspect, both sides: its traffic was copied "
+                     "to another link meanwhile (no limit in the issue)")
         for f in t.get("failover_figures", []):
             never = f["recovery_s"] is None
             add(f"failover_recovery_{f['link']}_s", f["recovery_s"], 1, "s", not never and f["recovery_s"] <= 1, cpu, t,
@@ -2544,6 +2630,23 @@ def control_figures(r, sc):
             status=None if ok else "FAIL", tx_rising_s=o.get("tx_rising_s"), timed_by=o.get("return_timed_by"),
             first_scrape_s=o.get("return_scrape_s"))
     return figs
+
+
+def false_alarms(t):
+    """The suspicions in transfer t of links no scheduled outage took down in it (both
+    sides): how many, and {side: {link: {cause: n}}}. Each copies the link's traffic to
+    another link while it lasts, so on a healthy link it costs capacity. None when the
+    transfer has no suspicion counts (an aggd before aggd_link_suspicions_total, or
+    metrics that could not be read)."""
+    if t.get("suspicions") is None:
+        return None, None
+    out_links = {n for e in t["events"] if e["action"] == "down" for n in e.get("links", [e.get("link")])}
+    detail = {}
+    for side, per_link in t["suspicions"].items():
+        for link, causes in per_link.items():
+            if link not in out_links:
+                detail.setdefault(side, {})[link] = causes
+    return sum(n for per_link in detail.values() for causes in per_link.values() for n in causes.values()), detail
 
 
 def first_outage(t):
@@ -2603,6 +2706,8 @@ def fmt_value(f):
     if "link_queue_p50_ms" in f:  # the RTT figure: how much of it the link's own queue is
         return (f"{v} {f['unit']} ({f['slowest_used_link']}'s own path: its queue {f['link_queue_p50_ms']} ms, "
                 f"the bond {f['bond_above_link_path_p50_ms']} ms above it)")
+    if f.get("by_side"):
+        return f"{v} {f['unit']} ({suspicions_text(f['by_side'])})"
     if "pre_outage_goodput_mbit" in f:
         return f"{v} {f['unit']} (back to 90% of the {f['pre_outage_goodput_mbit']} Mbit/s before the outage)"
     return f"{v} {f['unit']}"
