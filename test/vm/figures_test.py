@@ -99,33 +99,66 @@ class IdleLinks(unittest.TestCase):
         self.assertEqual(lab.idle_links({"eth1": 0.071}, {"eth1": 1.40}, 1.5), [])
 
 
+def scrapes(*rows):
+    """Scrapes of the CPE's metrics, from (t, {link: up}, {link: stamp}) rows."""
+    return [{"t": t, "took_s": 0.1, "up": up, "changed": changed} for t, up, changed in rows]
+
+
 class DetectionTiming(unittest.TestCase):
     """A scrape that first shows a link down brackets aggd's decision; aggd's own stamp
-    of the change (aggd_link_state_change_timestamp_seconds) times it."""
+    of the change (aggd_link_state_change_timestamp_seconds), read from the scrape after
+    it, times it."""
 
     def test_the_stamp_times_the_change_the_scrape_first_shows(self):
-        scrape = {"t": 3.89, "up": {"eth2": 0.0}, "changed": {"eth2": 3.61}}
-        self.assertEqual(lab.scrape_delay(scrape, ["eth2"], 2.86), (0.75, "aggd_stamp"))
+        scr = scrapes((3.74, {"eth2": 1.0}, {"eth2": 1.0}), (3.89, {"eth2": 0.0}, {"eth2": 3.61}),
+                      (4.04, {"eth2": 0.0}, {"eth2": 3.61}))
+        self.assertEqual(lab.scrape_delay(scr, scr[1], ["eth2"], 2.86), (0.75, "aggd_stamp"))
+
+    def test_the_first_scrape_down_may_carry_the_suspicions_stamp(self):
+        # The lab's failover run of 2026-12-03: a scrape is not gathered at one instant,
+        # and the first scrape to show eth2 down still had the stamp of its suspicion
+        # (2.43); the CPE's log has it down 0.30 s later, as the next scrape's stamp.
+        scr = scrapes((2.615, {"eth2": 1.0}, {"eth2": 2.43}), (2.787, {"eth2": 0.0}, {"eth2": 2.43}),
+                      (2.904, {"eth2": 0.0}, {"eth2": 2.726}))
+        self.assertEqual(lab.scrape_delay(scr, scr[1], ["eth2"], 2.05), (0.68, "aggd_stamp"))
 
     def test_a_group_is_timed_by_its_last_link(self):
-        scrape = {"t": 11.0, "changed": {"dsl": 10.3, "cable": 10.6}}
-        self.assertEqual(lab.scrape_delay(scrape, ["dsl", "cable"], 10.0), (0.6, "aggd_stamp"))
+        scr = scrapes((11.0, {"dsl": 0.0, "cable": 0.0}, {"dsl": 10.3, "cable": 10.6}),
+                      (11.2, {"dsl": 0.0, "cable": 0.0}, {"dsl": 10.3, "cable": 10.6}))
+        self.assertEqual(lab.scrape_delay(scr, scr[0], ["dsl", "cable"], 10.0), (0.6, "aggd_stamp"))
 
-    def test_without_a_stamp_or_with_an_older_one_the_scrape_times_it(self):
-        self.assertEqual(lab.scrape_delay({"t": 3.89, "up": {}}, ["eth2"], 2.86), (1.03, "scrape"))
+    def test_without_a_stamp_the_scrape_times_it(self):
+        down = {"eth2": 0.0}
+        # No stamp (an aggd before 0977191).
+        scr = scrapes((3.89, down, {}), (4.0, down, {}))
+        self.assertEqual(lab.scrape_delay(scr, scr[0], ["eth2"], 2.86), (1.03, "scrape"))
         # A stamp from before the outage is an earlier change, not this one.
-        self.assertEqual(lab.scrape_delay({"t": 3.89, "changed": {"eth2": 1.0}}, ["eth2"], 2.86), (1.03, "scrape"))
-        self.assertEqual(lab.scrape_delay({"t": 11.0, "changed": {"dsl": 10.3}}, ["dsl", "cable"], 10.0),
-                         (1.0, "scrape"))
+        scr = scrapes((3.89, down, {"eth2": 1.0}), (4.0, down, {"eth2": 1.0}))
+        self.assertEqual(lab.scrape_delay(scr, scr[0], ["eth2"], 2.86), (1.03, "scrape"))
+        # One link of a group without a stamp.
+        scr = scrapes((11.0, {"dsl": 0.0, "cable": 0.0}, {"dsl": 10.3}), (11.2, {"dsl": 0.0, "cable": 0.0}, {"dsl": 10.3}))
+        self.assertEqual(lab.scrape_delay(scr, scr[0], ["dsl", "cable"], 10.0), (1.0, "scrape"))
         # No scrape showed the change at all.
-        self.assertEqual(lab.scrape_delay(None, ["eth2"], 2.86), (None, None))
+        self.assertEqual(lab.scrape_delay([], None, ["eth2"], 2.86), (None, None))
+
+    def test_without_a_later_scrape_that_still_shows_it_the_scrape_times_it(self):
+        # The last scrape: nothing after it tells its stamp was the change's.
+        scr = scrapes((3.89, {"eth2": 0.0}, {"eth2": 3.61}))
+        self.assertEqual(lab.scrape_delay(scr, scr[0], ["eth2"], 2.86), (1.03, "scrape"))
+        # The next scrape has the link up again, or a later change's stamp.
+        scr = scrapes((3.89, {"eth2": 0.0}, {"eth2": 3.61}), (4.04, {"eth2": 1.0}, {"eth2": 4.0}))
+        self.assertEqual(lab.scrape_delay(scr, scr[0], ["eth2"], 2.86), (1.03, "scrape"))
+        scr = scrapes((3.89, {"eth2": 0.0}, {"eth2": 3.61}), (4.04, {"eth2": 0.0}, {"eth2": 4.0}))
+        self.assertEqual(lab.scrape_delay(scr, scr[0], ["eth2"], 2.86), (1.03, "scrape"))
 
     def test_failover_detection_reads_the_stamp(self):
         fine = series((0, 10, 2.0), (10, 20, 1.9))
         t = transfer(fine)
-        t["cpe_link_up"] = [{"t": 9.9, "up": {"dsl": 1.0, "cable": 1.0}, "changed": {"dsl": 1.0, "cable": 1.0}},
-                            {"t": 10.9, "up": {"dsl": 0.0, "cable": 0.0}, "changed": {"dsl": 10.4, "cable": 10.5}},
-                            {"t": 20.6, "up": {"dsl": 1.0, "cable": 1.0}, "changed": {"dsl": 20.2, "cable": 20.3}}]
+        both = {"dsl": 1.0, "cable": 1.0}
+        none = {"dsl": 0.0, "cable": 0.0}
+        t["cpe_link_up"] = scrapes((9.9, both, {"dsl": 1.0, "cable": 1.0}), (10.9, none, {"dsl": 10.4, "cable": 10.5}),
+                                   (11.2, none, {"dsl": 10.4, "cable": 10.5}), (20.6, both, {"dsl": 20.2, "cable": 20.3}),
+                                   (20.9, both, {"dsl": 20.2, "cable": 20.3}))
         (f,) = lab.failover_figures(t, {"dsl": 0.2, "cable": 1.3, "lte": 2.14}, None)
         self.assertEqual((f["detect_s"], f["detect_timed_by"]), (0.5, "aggd_stamp"))
         self.assertEqual(f["link_up_again_s"], 0.3)

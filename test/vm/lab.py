@@ -954,17 +954,28 @@ def first_scrape(scrapes, t_from, cond):
     return next((x for x in scrapes if x["t"] > t_from and cond(x)), None)
 
 
-def scrape_delay(scrape, names, t_from):
-    """From t_from to the change of links names that scrape is the first to show, and how
-    it was timed: by aggd's own stamp (aggd_link_state_change_timestamp_seconds; the
-    latest of a group's), which the scrape only brackets, or by the scrape itself when a
-    stamp is missing (an older aggd) or from before t_from (an older change). (None,
-    None) without a scrape."""
+def scrape_delay(scrapes, scrape, names, t_from):
+    """From t_from to the change of links names that scrape, one of scrapes, is the first
+    to show, and how it was timed: by aggd's own stamp
+    (aggd_link_state_change_timestamp_seconds; the latest of a group's), which the scrape
+    only brackets, or by the scrape itself. (None, None) without a scrape.
+
+    The stamp is read from the scrape after it, if that one still shows the change: aggd
+    gathers a scrape's metrics one by one, not at one instant, so the first scrape to
+    show a link down can carry the stamp of the change before it, its suspicion (the
+    lab timed an idle link's detection 0.3 s early that way). A stamp that is missing
+    (an older aggd), from before t_from (an older change) or after the first scrape's end
+    (a later change), or no such later scrape, leaves the scrape's own time."""
     if scrape is None:
         return None, None
-    stamps = [(scrape.get("changed") or {}).get(n) for n in names]
-    if any(v is None or v < t_from for v in stamps):
-        return round(scrape["t"] - t_from, 2), "scrape"
+    fallback = round(scrape["t"] - t_from, 2), "scrape"
+    later = [x for x in scrapes if x["t"] > scrape["t"]]
+    if not later or any(later[0]["up"].get(n) != scrape["up"].get(n) for n in names):
+        return fallback
+    stamps = [(later[0].get("changed") or {}).get(n) for n in names]
+    end = scrape["t"] + scrape.get("took_s", 0) / 2
+    if any(v is None or v < t_from or v > end for v in stamps):
+        return fallback
     return round(max(stamps) - t_from, 2), "aggd_stamp"
 
 
@@ -1910,12 +1921,12 @@ bpf:
                 break
             time.sleep(0.05)
         scrapes = watch.stop()
-        res["detect_s"], res["detect_timed_by"] = scrape_delay(det, [name], t_down)
+        res["detect_s"], res["detect_timed_by"] = scrape_delay(scrapes, det, [name], t_down)
         if det:  # the scrape before it still saw the link up: the scrapes bracket the change
             res["detect_scrape_s"] = round(det["t"] - t_down, 2)
             prev = [x for x in scrapes if x["t"] < det["t"]]
             res["detect_after_s_min"] = round(max(0.0, prev[-1]["t"] - t_down), 2) if prev else None
-        res["return_s"], res["return_timed_by"] = scrape_delay(back, [name], t_up)
+        res["return_s"], res["return_timed_by"] = scrape_delay(scrapes, back, [name], t_up)
         if back:
             res["return_scrape_s"] = round(back["t"] - t_up, 2)
         if back:  # does it send again (probes at least)? the first later scrape with more bytes
@@ -2487,7 +2498,7 @@ def failover_figures(t, base, sums):
         f.update(sender_around(t, t_out))
         scr = t.get("cpe_link_up") or []
         det = first_scrape(scr, t_out, lambda x: all(x["up"].get(n) == 0 for n in group))
-        f["detect_s"], f["detect_timed_by"] = scrape_delay(det, group, t_out)
+        f["detect_s"], f["detect_timed_by"] = scrape_delay(scr, det, group, t_out)
         f["scrapes"] = len(scr)
         ret = None
         if up:
@@ -2499,7 +2510,7 @@ def failover_figures(t, base, sums):
         f["sender_retransmits_after_return"] = (sender_retransmits(t, t_up, t_up + SENDER_AFTER_RETURN_S)
                                                 if up else None)
         back = first_scrape(scr, t_up, lambda x: all(x["up"].get(n) == 1 for n in group)) if up else None
-        f["link_up_again_s"] = scrape_delay(back, group, t_up)[0]
+        f["link_up_again_s"] = scrape_delay(scr, back, group, t_up)[0]
         out.append(f)
     return out
 
