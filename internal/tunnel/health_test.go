@@ -463,3 +463,58 @@ func standbyTest(classes ...sched.Class) (*Session, SessionConfig, []*link) {
 	}
 	return s, cfg, links
 }
+
+// When nothing at all is heard from the peer, the silence is the peer's, the path's or
+// this host's, not a link's: no link is suspected for it (their traffic would be
+// copied to links as silent), and all go down at down_after. The lab's loaded VM
+// suspected all of a session's links at once on both sides when it stalled for half
+// a second. A link silent while another answers is suspected as before.
+func TestSilenceOfTheWholeBondSuspectsNoLink(t *testing.T) {
+	cfg := testSession()
+	cfg.Probe, cfg.DownAfter = 100*time.Millisecond, 600*time.Millisecond
+	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	send := func(*link, []byte) error { return nil }
+	a := s.addLink(LinkSpec{ID: 0, Name: "a"}, send)
+	b := s.addLink(LinkSpec{ID: 1, Name: "b"}, send)
+	t0 := time.Unix(1000, 0)
+	for _, l := range []*link{a, b} {
+		l.onReply(t0, 10*time.Millisecond)
+	}
+	tick := func(at time.Duration) {
+		now := t0.Add(at)
+		links := s.allLinks()
+		s.markSilentPeers(links, now)
+		for _, l := range links {
+			s.checkLinkHealth(l, now)
+		}
+	}
+	for at := 50 * time.Millisecond; at <= 550*time.Millisecond; at += 100 * time.Millisecond {
+		tick(at)
+		for _, l := range []*link{a, b} {
+			if !l.isUp() || l.isSuspect() {
+				t.Fatalf("%s suspected (or down) %v into a silence of the whole bond", l.spec.Name, at)
+			}
+		}
+	}
+	tick(650 * time.Millisecond)
+	for _, l := range []*link{a, b} {
+		if l.isUp() {
+			t.Errorf("%s still up after down_after of the whole bond's silence", l.spec.Name)
+		}
+	}
+
+	// Both back; then b alone falls silent while a answers: b is suspect after the
+	// suspicion time, not down.
+	t1 := 2 * time.Second
+	for _, l := range []*link{a, b} {
+		l.onReply(t0.Add(t1), 10*time.Millisecond)
+	}
+	for at := t1 + 50*time.Millisecond; at <= t1+350*time.Millisecond; at += 100 * time.Millisecond {
+		a.onReply(t0.Add(at-time.Millisecond), 10*time.Millisecond)
+		tick(at)
+	}
+	if !b.isSuspect() || !a.isUp() || a.isSuspect() {
+		t.Errorf("b silent for 350 ms while a answers: b suspect %v (want true), a up %v suspect %v (want up)",
+			b.isSuspect(), a.isUp(), a.isSuspect())
+	}
+}

@@ -324,7 +324,10 @@ func (l *link) onReply(now time.Time, rtt time.Duration) (was linkState) {
 // the suspicion time less the margin of silence (80 ms at the defaults: the silence
 // counts from the last report with progress, a period before the one that owed, which
 // itself showed that period without the link's data) and down after all of it. A
-// suspect link the peer reports data from again is up.
+// suspect link the peer reports data from again is up. A link silent together with
+// every other link of the session is not suspected for its silence alone (nothing is
+// heard from the peer at all, and there is no better link to copy its traffic to:
+// quietWatch.bondSilent); it still goes down at downAfter.
 //
 // Owing is shared (Session.onFeedback, quietWatch.oweTogether), and so is the doubt
 // (doubtAround): while another link owes, a primary that misses the answer to a probe
@@ -361,7 +364,7 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 	case old.inSchedule() && owedSilence && silent > suspectAfter:
 		l.setState(stateDown)
 		cause = owedCause
-	case old == stateUp && silent > suspectAfter:
+	case old == stateUp && silent > suspectAfter && !l.quiet.bondSilent:
 		l.setState(stateSuspect)
 		cause = causeSilence
 	case old == stateUp && quiet >= 1:

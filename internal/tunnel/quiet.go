@@ -104,6 +104,13 @@ type quietWatch struct {
 	// othersSilent: no other link of the session has shown a sign of life lately
 	// (set by the session each tick); owing then says nothing about this link.
 	othersSilent bool
+	// bondSilent: no link of the session has shown a sign of life for a suspicion time
+	// (three probe units), and it has more than one (set by the session each tick,
+	// Session.markSilentPeers). Nothing is heard from the peer at
+	// all then: the silence is the peer's, the path's, or this host's (a CPU too busy
+	// to read what came), not one link's, and there is no better link to copy to. A
+	// link is not suspected for silence alone then; it still goes down at down_after.
+	bondSilent bool
 	// othersOwe: another link of the session owes data (set by the session each tick);
 	// this one is then in doubt too if it misses the answer to a probe (link.checkHealth).
 	othersOwe bool

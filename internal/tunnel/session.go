@@ -955,18 +955,25 @@ func (s *Session) probeUnit(l *link, now time.Time, primaryUp bool) time.Duratio
 // markSilentPeers tells each link whether any other link of the session showed life
 // within half the suspicion time: a link owing data is in doubt for its silence only
 // if it is alone in it (all links silent at once is the peer or the path, not a link).
+// And it tells each whether no link at all showed life within a suspicion time
+// (quietWatch.bondSilent): a link silent with all the others is not suspected for it.
 func (s *Session) markSilentPeers(links []*link, now time.Time) {
-	alive := 0
+	alive, heard := 0, 0
 	signs := make([]bool, len(links))
 	for i, l := range links {
 		// An idle standby link answers every few seconds: alive until it would be
 		// suspect, or one lost probe would count it silent.
 		window := 3 * s.cfg.Probe / 2
-		if u := l.probeUnit(s.cfg.Probe); u > s.cfg.Probe {
-			window = 3 * u
+		unit := l.probeUnit(s.cfg.Probe)
+		if unit > s.cfg.Probe {
+			window = 3 * unit
 		}
-		if signs[i] = l.aliveSince().After(now.Add(-window)); signs[i] {
+		since := l.aliveSince()
+		if signs[i] = since.After(now.Add(-window)); signs[i] {
 			alive++
+		}
+		if since.After(now.Add(-3 * unit)) {
+			heard++
 		}
 	}
 	for i, l := range links {
@@ -976,6 +983,7 @@ func (s *Session) markSilentPeers(links []*link, now time.Time) {
 		}
 		l.mu.Lock()
 		l.quiet.othersSilent = others == 0
+		l.quiet.bondSilent = heard == 0 && len(links) > 1
 		l.mu.Unlock()
 	}
 }
