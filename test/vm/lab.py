@@ -969,10 +969,10 @@ def scrape_delay(scrapes, scrape, names, t_from):
     if scrape is None:
         return None, None
     fallback = round(scrape["t"] - t_from, 2), "scrape"
-    later = [x for x in scrapes if x["t"] > scrape["t"]]
-    if not later or any(later[0]["up"].get(n) != scrape["up"].get(n) for n in names):
+    later = first_scrape(scrapes, scrape["t"], lambda x: True)
+    if later is None or any(later["up"].get(n) != scrape["up"].get(n) for n in names):
         return fallback
-    stamps = [(later[0].get("changed") or {}).get(n) for n in names]
+    stamps = [(later.get("changed") or {}).get(n) for n in names]
     end = scrape["t"] + scrape.get("took_s", 0) / 2
     if any(v is None or v < t_from or v > end for v in stamps):
         return fallback
