@@ -271,10 +271,13 @@ type Estimator struct {
 	satBits uint8
 	// policedLast: the previous period lost much of what it was sent, without a queue.
 	policedLast bool
-	kf          kalman
-	rate        float64
-	phase       Phase
-	queue       time.Duration
+	// busyLast: the previous sample kept the link busy (busy), so this one's delivery
+	// ran from its start.
+	busyLast bool
+	kf       kalman
+	rate     float64
+	phase    Phase
+	queue    time.Duration
 }
 
 // New returns an estimator at the configured prior (or DefaultRate).
@@ -342,6 +345,29 @@ func (e *Estimator) Train(capacity float64) {
 	e.rate, e.startup, e.trained = e.clamp(capacity), false, true
 }
 
+// RetrainGain is how much more than the capacity estimate a probe train sent to
+// re-measure a link must find for Retrain to take it.
+const RetrainGain = 2.0
+
+// Retrain takes the measure of a probe train sent to a link whose estimate fell far
+// below an earlier measure, and tells whether it did: only if it found RetrainGain
+// times the estimate or more (less, and the estimate may well be right). The filter
+// starts again at the train's measure, trusted like a prior, and the rate at half of it,
+// from where the rate climbs back to the capacity as a drained rate does, a quarter
+// per period the link takes what it is given: the train measures the bottleneck, not
+// what cross traffic leaves of it. Why it is needed: a link's rate rises above what it
+// is given only while some link of the bond queues (probing), and a sender held back by
+// losses or its own CPU never makes one queue, so an estimate that went wrong kept the
+// link unused for the rest of a transfer (BENCHMARKS.md, "A collapsed estimate").
+func (e *Estimator) Retrain(capacity float64) bool {
+	if e.startup || capacity < RetrainGain*e.kf.x {
+		return false
+	}
+	e.kf.prior(capacity)
+	e.rate, e.streak = e.clamp(capacity/2), 0
+	return true
+}
+
 // Rate is the rate the scheduler should assume for the link, bits/s.
 func (e *Estimator) Rate() float64 { return e.rate }
 
@@ -372,6 +398,18 @@ func (e *Estimator) Update(s Sample) {
 	policed := false
 	defer func() { e.policedLast = policed }()
 	saturated, sure := e.saturated(s) // once per sample: it keeps state across samples
+	// fromIdle: the link was not kept busy in the sample before, so it may have idled
+	// through the first part of this one, the traffic only starting within it: what it
+	// delivered over the whole interval then understates what it can carry, however
+	// long the queue at the end. (A transfer's first sample on a lossy 1.5-Mbit/s link
+	// in the lab delivered 0.84 Mbit/s over 114 ms with an 8-ms queue, after 400 ms of
+	// probes only, and took the trained 1.42 down to 0.84; the loss-limited flow never
+	// queued a link again, so nothing probed it back up and the link carried 18 % of
+	// the downstream for the rest of the transfer. In CI the same took a link to 0.08,
+	// and left it unused.) Such a sample may raise the capacity, and its queue drains
+	// the rate; the next one, busy from its start, measures.
+	fromIdle := !e.busyLast
+	e.busyLast = e.busy(s, saturated)
 	if saturated {
 		// Probing starts small again after a queue. Only a queue resets it: samples in
 		// which the link merely was not probed (no other link queued, or the sender
@@ -400,7 +438,7 @@ func (e *Estimator) Update(s Sample) {
 	// Unless the link queues alone (queuesAlone): then what it delivered is all it has
 	// now, however little we gave it.
 	appLimited := !s.Loaded(e.given()) && !s.vanished() && !e.queuesAlone(s) ||
-		e.trained && sent < tinyFrac*e.kf.x
+		e.trained && sent < tinyFrac*e.kf.x || fromIdle
 	// A startup ends on a queue seen in two samples of the last three, not one: the
 	// queue of a single period can be the receiving host's lag. In an e2e run a 60
 	// Mbit/s link carrying the other direction's ACKs (0.8 Mbit/s, "loaded" against
@@ -492,6 +530,14 @@ func (e *Estimator) Update(s Sample) {
 		}
 	}
 	e.rate = e.clamp(e.rate)
+}
+
+// busy tells whether the sample kept the link busy to its end, so that the next one's
+// delivery runs from its start: the link queued, or was given about all of its rate,
+// and the sample did not lie mostly in report periods with nothing arriving. Call it
+// before the sample changes the rate (given).
+func (e *Estimator) busy(s Sample, saturated bool) bool {
+	return (saturated || s.Loaded(e.given())) && !s.mostlyIdle()
 }
 
 // growBlind doubles the assumed rate of a link that is unmeasured and unused while the

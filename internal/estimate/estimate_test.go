@@ -715,3 +715,69 @@ func TestOneQueuedSampleEndsNoStartup(t *testing.T) {
 			e.InStartup(), e.Capacity()/1e6)
 	}
 }
+
+// A transfer's first sample on a link that carried only probes before it delivers over
+// part of its interval only: the traffic started within it. Taken for a measure (it is
+// loaded, with a queue at its end), it took a lossy 1.5-Mbit/s link's trained 1.42
+// Mbit/s down to 0.84 in the lab, and a loss-limited flow never gave it reason to climb
+// back. It raises, never lowers; the same delivery in the sample after, busy from its
+// start, measures the link.
+func TestFirstBusySampleAfterIdleLowersNothing(t *testing.T) {
+	e := New(Config{})
+	e.Train(1.42e6)
+	probesOnly := Sample{Interval: 400 * time.Millisecond, Delivered: 6500, Packets: 7, Sent: 6500,
+		Queue: 3 * time.Millisecond, HaveQueue: true, Jitter: 1400 * time.Microsecond}
+	e.Update(probesOnly)
+	start := Sample{Interval: 114 * time.Millisecond, Delivered: 12000, Packets: 8, Sent: 25400,
+		Queue: 8300 * time.Microsecond, HaveQueue: true, LeastQueue: 1400 * time.Microsecond,
+		MostQueue: 7300 * time.Microsecond, Jitter: 2 * time.Millisecond}
+	e.Update(start)
+	if c := e.Capacity(); c < 1.4e6 {
+		t.Errorf("a transfer's first sample after probes only took the trained 1.42 Mbit/s to %.2f", c/1e6)
+	}
+	if r := e.Rate(); r >= 1.42e6 {
+		t.Errorf("its %v queue left the rate at %.2f Mbit/s, want it drained below the capacity", start.Queue, r/1e6)
+	}
+	e.Update(start)
+	if c := e.Capacity(); math.Abs(c-0.84e6) > 0.05e6 {
+		t.Errorf("the same sample again, the link busy from its start, gave capacity %.2f Mbit/s, want it measured at 0.84", c/1e6)
+	}
+}
+
+// A probe train sent to re-measure a collapsed estimate replaces it only if it finds
+// RetrainGain times as much; the rate restarts at half the measure and climbs back.
+func TestRetrainTakesOnlyAMuchHigherMeasure(t *testing.T) {
+	e := New(Config{})
+	if e.Retrain(1.4e6) {
+		t.Error("Retrain took a measure in startup (Train's job)")
+	}
+	e.Train(1.42e6)
+	collapse := Sample{Interval: 100 * time.Millisecond, Delivered: 1000, Packets: 4, Sent: 18000,
+		Queue: 20 * time.Millisecond, HaveQueue: true}
+	for range 5 {
+		e.Update(collapse)
+	}
+	low := e.Capacity()
+	if low > 0.2e6 {
+		t.Fatalf("setup: the samples left the capacity at %.2f Mbit/s, want it collapsed", low/1e6)
+	}
+	if e.Retrain(1.5 * low) {
+		t.Errorf("a train at 1.5 times the estimate replaced it")
+	}
+	if e.Capacity() != low {
+		t.Errorf("a refused train moved the capacity from %.3f to %.3f Mbit/s", low/1e6, e.Capacity()/1e6)
+	}
+	if !e.Retrain(1.4e6) || e.Capacity() != 1.4e6 || e.Rate() != 0.7e6 {
+		t.Fatalf("a 1.4-Mbit/s train over a %.2f estimate: capacity %.2f, rate %.2f; want 1.4 and 0.7",
+			low/1e6, e.Capacity()/1e6, e.Rate()/1e6)
+	}
+	given := Sample{Interval: 100 * time.Millisecond, Delivered: 9000, Packets: 6, Sent: 9000, HaveQueue: true}
+	for range 4 {
+		given.Delivered = uint64(e.Rate() / 8 / 10)
+		given.Sent = given.Delivered
+		e.Update(given)
+	}
+	if r := e.Rate(); r < 1.39e6 {
+		t.Errorf("four periods taking all it was given without a queue left the rate at %.2f Mbit/s, want back at 1.4", r/1e6)
+	}
+}

@@ -72,8 +72,9 @@ type link struct {
 	// 1 s of buffer went suspect in startup, and its traffic was copied for nothing).
 	lastDelivered time.Time
 	state         linkState
-	train         *train  // the probe train measuring the link's capacity (train.go)
-	trainRetries  int     // short trains sent again after one measured nothing (train.go)
+	train         *train // the probe train measuring the link's capacity (train.go)
+	trainRetries  int    // short trains sent again after one measured nothing (train.go)
+	retrain       retrainWatch
 	rttNs         float64 // smoothed
 	peerRate      float64 // bits/s the peer reports receiving from us, smoothed
 	peerLoss      float64

@@ -911,7 +911,7 @@ func (s *Session) tick(now time.Time) {
 		}
 		if l.checkTrain(now) {
 			go s.sendTrain(l, longTrain)
-		} else if l.retryTrain(now) {
+		} else if l.retryTrain(now) || l.retrainDue(now) {
 			go s.sendTrain(l, shortTrain)
 		}
 		s.checkLinkHealth(l, now)

@@ -81,6 +81,72 @@ const (
 	stretchSpread = 1.5
 )
 
+// Re-measuring a collapsed estimate. A link's estimate can fall far below what its
+// train measured (one bad sample is enough), and it climbs back only while another
+// link queues, which a sender held back by losses or its own CPU never makes happen:
+// the lab's lossy scenario ran a whole downstream transfer with a 1.5-Mbit/s link
+// assumed at 0.08 and left unused, twice in CI. So a link whose capacity estimate has
+// stood below collapsedFrac of its last train's measure (or of the highest estimate
+// since, if higher) for retrainFirst gets another short train. If that finds estimate.RetrainGain times the estimate, the estimator
+// starts again from it (Estimator.Retrain); if it finds less, the link really slowed,
+// and its measure becomes the reference. Each retrain waits twice as long after the
+// one before, up to retrainMax, until the estimate has stood for retrainMax without
+// collapsing: a train is 11 kB, it queues for a while on a really slow link, and a
+// train that keeps disagreeing with what the traffic measures (a shared LTE cell) must
+// not overload the link every two seconds.
+const (
+	collapsedFrac = 0.25
+	retrainFirst  = 2 * time.Second
+	retrainMax    = 32 * time.Second
+)
+
+// retrainWatch times the re-measuring of a link whose estimate collapsed. Guarded by
+// the link's mu.
+type retrainWatch struct {
+	ref    float64       // the link's last train's measure, or the highest estimate since, bits/s (0: no train)
+	since  time.Time     // the estimate has stood collapsed since (zero: it has not)
+	last   time.Time     // the last retrain
+	wait   time.Duration // the least time from the last retrain to the next
+	active bool          // a retraining train is out
+}
+
+// retrainDue reports whether the link's collapsed estimate should be measured again
+// now, and makes room for the train. Only an up link that is not standing by (a
+// standby link waits unused, and its estimate is not the bond's concern until it is
+// used), whose startup is over and which has no train out.
+func (l *link) retrainDue(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := &l.retrain
+	if l.state != stateUp || l.isStandbyLocked() || l.est.InStartup() || w.ref == 0 ||
+		l.train != nil && !l.train.done {
+		return false
+	}
+	w.ref = max(w.ref, l.est.Capacity()) // a link that grew since its train collapses from where it got to
+	ref := w.ref
+	if _, limit := l.prior(); limit > 0 {
+		ref = min(ref, limit) // the configured cap bounds the estimate, not a collapse
+	}
+	if l.est.Capacity() >= collapsedFrac*ref {
+		w.since = time.Time{}
+		if now.Sub(w.last) >= retrainMax {
+			w.wait = 0
+		}
+		return false
+	}
+	if w.since.IsZero() {
+		w.since = now
+	}
+	if now.Sub(w.since) < retrainFirst || now.Sub(w.last) < w.wait {
+		return false
+	}
+	l.log.Info("link capacity estimate far below its probe train's; measuring it again",
+		"mbit_s", round2(l.est.Capacity()/1e6), "train_mbit_s", round2(w.ref/1e6), "collapsed_for", now.Sub(w.since))
+	w.last, w.wait, w.active = now, min(2*max(w.wait, retrainFirst), retrainMax), true
+	l.train = nil
+	return true
+}
+
 // train is one link's probe train in flight. Guarded by the link's mu.
 type train struct {
 	result   trainResult // once done
@@ -271,7 +337,7 @@ func burstGaps(gaps []int64) int {
 // upstream; headend: downstream). The probes carry the link's watermark like any probe.
 func (s *Session) sendTrain(l *link, n int) {
 	l.mu.Lock()
-	if !l.est.InStartup() || (l.train != nil && n == shortTrain) {
+	if !l.est.InStartup() && !l.retrain.active || (l.train != nil && n == shortTrain) {
 		l.mu.Unlock()
 		return
 	}
@@ -366,6 +432,8 @@ func (l *link) settleTrain() (longer bool) {
 			return true
 		}
 	}
+	retraining := l.retrain.active
+	l.retrain.active = false
 	if r != trainMeasured {
 		if t.fallback == 0 {
 			l.log.Info("probe train measured nothing; the link's rate is found by its traffic",
@@ -375,6 +443,16 @@ func (l *link) settleTrain() (longer bool) {
 		l.log.Info("long probe train measured nothing; the short one's measure stands", "why", r,
 			"replies", len(t.arrivals))
 		bps = t.fallback
+	}
+	l.retrain.ref = bps
+	if retraining {
+		was := l.est.Capacity()
+		if l.est.Retrain(bps) {
+			l.publishCapacity()
+		}
+		l.log.Info("link capacity measured again by a probe train", "mbit_s", round2(bps/1e6),
+			"estimate_mbit_s", round2(was/1e6), "taken", l.est.Capacity() != was, "probes", t.probes)
+		return false
 	}
 	l.est.Train(bps)
 	l.publishCapacity()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/aggd/aggd/internal/estimate"
 	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/sched"
 )
 
 // freshLink is a new link of a session that is never ticked: nothing measured, no
@@ -338,5 +339,102 @@ func TestBondLoaded(t *testing.T) {
 	}
 	if bondLoaded([]period{{idle, sample(0, 0)}}) {
 		t.Error("nothing carried: loaded")
+	}
+}
+
+// A link whose estimate collapsed far below its train's measure gets another train
+// after retrainFirst; a measure well above the estimate restores it, one about as low
+// leaves it (and stops the retraining). A standby link is never retrained.
+func TestCollapsedEstimateIsMeasuredAgain(t *testing.T) {
+	sent := time.Now()
+	trainAt := func(l *link, gap time.Duration) {
+		l.train = &train{outer: 28, probes: shortTrain, sent: sent, pace: 20 * time.Microsecond, sendDone: true,
+			arrivals: arrivalsEvery(0, gap, shortTrain)}
+		l.settleTrain()
+	}
+	collapsed := func(standby bool) *link {
+		l := freshLink(t, metrics.New())
+		if standby {
+			l.spec.Class = sched.ClassBackup
+		}
+		trainAt(l, 7500*time.Microsecond) // 1.49 Mbit/s
+		l.state = stateUp
+		for range 5 {
+			l.est.Update(estimate.Sample{Interval: 100 * time.Millisecond, Delivered: 1000, Packets: 4, Sent: 18000,
+				Queue: 20 * time.Millisecond, HaveQueue: true})
+		}
+		if c := l.est.Capacity(); c > 0.2e6 {
+			t.Fatalf("setup: capacity %.2f Mbit/s, want it collapsed", c/1e6)
+		}
+		return l
+	}
+
+	l := collapsed(false)
+	if l.retrainDue(sent) || l.retrainDue(sent.Add(retrainFirst-time.Millisecond)) {
+		t.Fatal("retrained before the estimate stood collapsed for retrainFirst")
+	}
+	if !l.retrainDue(sent.Add(retrainFirst)) {
+		t.Fatal("no retrain after the estimate stood collapsed for retrainFirst")
+	}
+	if l.train != nil || !l.retrain.active {
+		t.Fatal("the retrain left no room for a short train: sendTrain would refuse it")
+	}
+	trainAt(l, 7600*time.Microsecond)
+	if c := l.est.Capacity(); c < 1.4e6 {
+		t.Errorf("after a retrain that measured 1.47 Mbit/s the capacity is %.2f", c/1e6)
+	}
+	if l.retrainDue(sent.Add(time.Minute)) {
+		t.Error("a restored estimate is retrained")
+	}
+
+	// A train that measures nothing (or one taken whose estimate collapses again) waits
+	// twice as long for the next, until the estimate stands for retrainMax.
+	l = collapsed(false)
+	l.retrainDue(sent)
+	at := sent.Add(retrainFirst)
+	for i, wait := range []time.Duration{0, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, 32 * time.Second} {
+		at = at.Add(wait)
+		if wait > 0 && l.retrainDue(at.Add(-time.Millisecond)) {
+			t.Fatalf("retrain %d less than %v after the one before", i+1, wait)
+		}
+		if !l.retrainDue(at) {
+			t.Fatalf("no retrain %d %v after the one before", i+1, wait)
+		}
+		l.train = &train{outer: 28, probes: shortTrain, sent: at, pace: 20 * time.Microsecond, sendDone: true, arrivals: clumpsOfThree()}
+		l.settleTrain()
+	}
+
+	l = collapsed(false)
+	low := l.est.Capacity()
+	l.retrainDue(sent)
+	if !l.retrainDue(sent.Add(retrainFirst)) {
+		t.Fatal("no retrain")
+	}
+	trainAt(l, time.Duration(float64((trainDatagram+28)*8)/(1.5*low)*float64(time.Second)))
+	if l.est.Capacity() != low {
+		t.Errorf("a retrain at 1.5 times the estimate moved it from %.3f to %.3f Mbit/s", low/1e6, l.est.Capacity()/1e6)
+	}
+	if l.retrainDue(sent.Add(time.Hour)) {
+		t.Error("a link whose retrain confirmed its low estimate is retrained again")
+	}
+
+	l = collapsed(true)
+	if l.retrainDue(sent) || l.retrainDue(sent.Add(time.Hour)) {
+		t.Error("a standby link is retrained")
+	}
+
+	// A link that grew past its train's measure collapses from where it got to.
+	l = freshLink(t, metrics.New())
+	trainAt(l, 30*time.Millisecond) // 0.37 Mbit/s
+	l.state = stateUp
+	l.est.Restart(1.5e6, 0) // stands for traffic that measured it at 1.5
+	l.retrainDue(sent)
+	for range 5 { // to 0.16 Mbit/s: above a quarter of the train's measure
+		l.est.Update(estimate.Sample{Interval: 100 * time.Millisecond, Delivered: 2000, Packets: 4, Sent: 18000,
+			Queue: 20 * time.Millisecond, HaveQueue: true})
+	}
+	l.retrainDue(sent)
+	if !l.retrainDue(sent.Add(retrainFirst)) {
+		t.Errorf("a link measured at 1.5 Mbit/s after a 0.37-Mbit/s train, now at %.2f, is not retrained", l.est.Capacity()/1e6)
 	}
 }
