@@ -87,9 +87,10 @@ const (
 // the lab's lossy scenario ran a whole downstream transfer with a 1.5-Mbit/s link
 // assumed at 0.08 and left unused, twice in CI. So a link whose capacity estimate has
 // stood below collapsedFrac of its last train's measure (or of the highest estimate
-// since, if higher) for retrainFirst gets another short train. If that finds estimate.RetrainGain times the estimate, the estimator
-// starts again from it (Estimator.Retrain); if it finds less, the link really slowed,
-// and its measure becomes the reference. Each retrain waits twice as long after the
+// since, if higher) for retrainFirst gets another short train. If that finds
+// estimate.RetrainGain times the estimate, the estimator starts again from it
+// (Estimator.Retrain); if it finds less, the link really slowed, and its measure
+// becomes the reference. Each retrain waits twice as long after the
 // one before, up to retrainMax, until the estimate has stood for retrainMax without
 // collapsing: a train is 11 kB, it queues for a while on a really slow link, and a
 // train that keeps disagreeing with what the traffic measures (a shared LTE cell) must
@@ -447,11 +448,12 @@ func (l *link) settleTrain() (longer bool) {
 	l.retrain.ref = bps
 	if retraining {
 		was := l.est.Capacity()
-		if l.est.Retrain(bps) {
+		taken := l.est.Retrain(bps)
+		if taken {
 			l.publishCapacity()
 		}
 		l.log.Info("link capacity measured again by a probe train", "mbit_s", round2(bps/1e6),
-			"estimate_mbit_s", round2(was/1e6), "taken", l.est.Capacity() != was, "probes", t.probes)
+			"estimate_mbit_s", round2(was/1e6), "taken", taken, "probes", t.probes)
 		return false
 	}
 	l.est.Train(bps)
