@@ -389,6 +389,8 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	if (drop) {
 		/* An ECN-capable packet is marked instead, and sent on. */
 		if (!(sess->flags & AGGD_FP_SESSION_ECN) || aggd_ecn_mark_ce(skb, l2)) {
+			if (aggd_ecn_capable(skb, l2))
+				tx_count(AGGD_FP_TX_AQM_DROP_ECT);
 			tx_count(AGGD_FP_TX_AQM_DROP);
 			return TC_ACT_SHOT;
 		}

@@ -14,6 +14,36 @@
 
 #define AGGD_ECN_CE 0x03 /* also the ECN field's mask */
 
+/* Reads the two bytes at offset l3 that hold the ECN field of an IPv4 or
+ * IPv6 packet into b, and where the field sits in b[1] into *shift: bits 0-1
+ * of IPv4's TOS byte, bits 4-5 of byte 1 of IPv6 (the low end of its traffic
+ * class). Returns -1 when the packet is neither, or its bytes cannot be
+ * read: internal/ecn's fieldShift. */
+static __always_inline int aggd_ecn_field(struct __sk_buff *skb, __u32 l3, __u8 b[2], __u8 *shift)
+{
+	if (bpf_skb_load_bytes(skb, l3, b, 2))
+		return -1;
+	switch (b[0] >> 4) {
+	case 4:
+		*shift = 0;
+		return 0;
+	case 6:
+		*shift = 4;
+		return 0;
+	}
+	return -1;
+}
+
+/* Whether the IPv4 or IPv6 packet at offset l3 is ECN-capable (ECT(0),
+ * ECT(1), or CE already): what the AQM counts apart when it drops one
+ * (verdict aqm_drop_ect), since with aqm.ecn on it should never have to. */
+static __always_inline int aggd_ecn_capable(struct __sk_buff *skb, __u32 l3)
+{
+	__u8 b[2], shift;
+
+	return !aggd_ecn_field(skb, l3, b, &shift) && ((b[1] >> shift) & AGGD_ECN_CE);
+}
+
 /* Sets CE on the IPv4 or IPv6 packet at offset l3 if it is ECN-capable,
  * keeping an IPv4 header's checksum right: internal/ecn's Mark, the same
  * rule. Returns 0 when the packet now carries CE (ECT(0), ECT(1) or CE
@@ -24,20 +54,8 @@ static __always_inline int aggd_ecn_mark_ce(struct __sk_buff *skb, __u32 l3)
 	__u8 b[2], shift, ecn;
 	__u16 before, after;
 
-	if (bpf_skb_load_bytes(skb, l3, b, sizeof(b)))
+	if (aggd_ecn_field(skb, l3, b, &shift))
 		return -1;
-	/* The ECN field is bits 0-1 of IPv4's TOS byte, bits 4-5 of byte 1 of
-	 * IPv6 (the low end of its traffic class). */
-	switch (b[0] >> 4) {
-	case 4:
-		shift = 0;
-		break;
-	case 6:
-		shift = 4;
-		break;
-	default:
-		return -1;
-	}
 	ecn = (b[1] >> shift) & AGGD_ECN_CE;
 	if (!ecn)
 		return -1;

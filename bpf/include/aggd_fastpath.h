@@ -151,6 +151,7 @@ enum aggd_fp_tx_verdict {
 	AGGD_FP_TX_ENCAP_FAILED = 8,/* a helper refused (room, headroom) */
 	AGGD_FP_TX_AQM_DROP = 9,    /* dropped by the bond's AQM (aggd_aqm.h) */
 	AGGD_FP_TX_AQM_MARK = 10,   /* marked CE by the bond's AQM (aggd_ecn.h), then sent: also counted by its fate */
+	AGGD_FP_TX_AQM_DROP_ECT = 11, /* of AQM_DROP, the ECN-capable (aqm.ecn off, or a mark failed): also counted there */
 	AGGD_FP_TX__COUNT,
 };
 

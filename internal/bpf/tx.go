@@ -30,7 +30,7 @@ const (
 // aggd_fp_tx_verdict: "fast" for packets it encapsulated and sent, the others
 // for packets it handed to the slow path (the daemon reads them from agg0).
 // LoadTx checks this list against the enum compiled into the object.
-var TxVerdicts = []string{"fast", "not_ip", "no_route", "disabled", "gso", "oversize", "no_link", "no_neigh", "encap_failed", "aqm_drop", "aqm_mark"}
+var TxVerdicts = []string{"fast", "not_ip", "no_route", "disabled", "gso", "oversize", "no_link", "no_neigh", "encap_failed", "aqm_drop", "aqm_mark", "aqm_drop_ect"}
 
 // TxLinkState is a link's state as the fast path's scheduler sees it.
 type TxLinkState uint8

@@ -557,7 +557,8 @@ func TestTxAQMSparesThePacketAfterAnIdleSpell(t *testing.T) {
 // With ECN marking on, a drop the AQM's schedule makes due marks an ECN-capable packet
 // Congestion Experienced and sends it on, its inner bytes exactly as internal/ecn marks
 // them (one rule, in C and in Go); a Not-ECT packet is dropped. With marking off, every
-// packet due is dropped.
+// packet due is dropped, and the ECN-capable ones among them are counted apart
+// (aqm_drop_ect), as the daemon's aggd_aqm_ecn_capable_drops_total counts its own.
 func TestTxAQMMarksECN(t *testing.T) {
 	tx := loadTxT(t)
 	to4, to6 := netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("2001:db8:1::7")
@@ -593,12 +594,16 @@ func TestTxAQMMarksECN(t *testing.T) {
 				ret, out := runTx(t, tx, frameOf(p), nil)
 				got := statsDelta(before, txVerdicts(t, tx))
 				if !marking || cp == ecn.NotECT {
-					if ret != tcActShot || got["aqm_drop"] != 1 || got["aqm_mark"] != 0 {
-						t.Errorf("%s: verdict %d, counted %v; want it dropped", name, ret, got)
+					wantECT := uint64(0)
+					if cp != ecn.NotECT {
+						wantECT = 1
+					}
+					if ret != tcActShot || got["aqm_drop"] != 1 || got["aqm_drop_ect"] != wantECT || got["aqm_mark"] != 0 {
+						t.Errorf("%s: verdict %d, counted %v; want it dropped (aqm_drop_ect %d)", name, ret, got, wantECT)
 					}
 					continue
 				}
-				if ret != tcActRedirect || got["aqm_mark"] != 1 || got["aqm_drop"] != 0 || got["fast"] != 1 {
+				if ret != tcActRedirect || got["aqm_mark"] != 1 || got["aqm_drop"] != 0 || got["aqm_drop_ect"] != 0 || got["fast"] != 1 {
 					t.Errorf("%s: verdict %d, counted %v; want it marked and sent", name, ret, got)
 					continue
 				}

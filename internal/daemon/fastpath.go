@@ -717,8 +717,9 @@ type fastPathCollector struct{ f *fastPath }
 var fastPathDesc = prometheus.NewDesc("aggd_fastpath_packets_total",
 	"Data packets judged by the kernel fast path, by direction and verdict: fast (handled "+
 		"in the kernel), drop_old (receive: duplicate or late, dropped), aqm_drop (transmit: "+
-		"dropped by the bond's AQM), aqm_mark (transmit: marked ECN CE by the bond's AQM, and "+
-		"counted again by its fate), or the reason it was handed to the daemon's slow path.",
+		"dropped by the bond's AQM), aqm_drop_ect (transmit: of aqm_drop, the ECN-capable "+
+		"packets, which with aqm.ecn on it marks instead), aqm_mark (transmit: marked ECN CE by "+
+		"the bond's AQM, and counted again by its fate), or the reason it was handed to the daemon's slow path.",
 	[]string{"direction", "verdict"}, nil)
 
 var handbackDesc = prometheus.NewDesc("aggd_fastpath_handbacks_total",

@@ -55,14 +55,14 @@ func withECN(pkt []byte, cp uint8) []byte {
 
 // Where the AQM signals congestion, an ECN-capable packet is marked Congestion
 // Experienced and sent on, and a packet that is not ECN-capable is dropped; with
-// aqm.ecn off, both are dropped.
+// aqm.ecn off, both are dropped. The ECN-capable among the drops are counted apart.
 func TestAQMMarksWhatIsECNCapable(t *testing.T) {
 	v4 := ipv4Packet(cpeAddr, internet, 1, 200)
 	v6 := ipv6Packet(netip.MustParseAddr("2001:db8::2"), netip.MustParseAddr("2001:db8:1::7"), 1, 200)
 	for _, markECN := range []bool{true, false} {
 		t.Run(fmt.Sprintf("ecn=%v", markECN), func(t *testing.T) {
 			s, send := aqmSession(t, markECN)
-			marks, drops := 0, 0
+			marks, drops, ectDrops := 0, 0, 0
 			for _, base := range [][]byte{v4, v6} {
 				for _, cp := range []uint8{ecn.NotECT, ecn.ECT0, ecn.ECT1, ecn.CE} {
 					p := withECN(base, cp)
@@ -72,6 +72,9 @@ func TestAQMMarksWhatIsECNCapable(t *testing.T) {
 					}
 					if dropped {
 						drops++
+						if cp != ecn.NotECT {
+							ectDrops++
+						}
 						continue
 					}
 					marks++
@@ -85,6 +88,9 @@ func TestAQMMarksWhatIsECNCapable(t *testing.T) {
 			}
 			if m, d := gauge(s.m.AQMMarks.WithLabelValues("cpe1")), gauge(s.m.AQMDrops.WithLabelValues("cpe1")); m != float64(marks) || d != float64(drops) {
 				t.Errorf("counted %v marks and %v drops, want %d and %d", m, d, marks, drops)
+			}
+			if e := gauge(s.m.AQMECTDrops.WithLabelValues("cpe1")); e != float64(ectDrops) {
+				t.Errorf("counted %v ECN-capable drops, want %d", e, ectDrops)
 			}
 		})
 	}

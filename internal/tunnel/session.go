@@ -314,6 +314,9 @@ func (s *Session) entryAQMDrops(now int64, inner []byte) bool {
 		return false
 	}
 	s.m.AQMDrops.WithLabelValues(s.cfg.Peer).Inc()
+	if cp, ok := ecn.Of(inner); ok && cp != ecn.NotECT {
+		s.m.AQMECTDrops.WithLabelValues(s.cfg.Peer).Inc()
+	}
 	return true
 }
 

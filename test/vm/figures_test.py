@@ -99,6 +99,37 @@ class IdleLinks(unittest.TestCase):
         self.assertEqual(lab.idle_links({"eth1": 0.071}, {"eth1": 1.40}, 1.5), [])
 
 
+class EstimateTrail(unittest.TestCase):
+    """A starved link's capacity estimates, read from the sender's log for the summary."""
+
+    LOG = "\n".join([
+        'time=2026-12-03T22:49:08.067Z level=INFO msg="link capacity estimate" role=headend peer=cpe1 '
+        'session=1 link=link1 mbit_s=1.42 was_mbit_s=0 queue=0s phase=idle',
+        'time=2026-12-03T22:49:08.100Z level=INFO msg="link capacity estimate" role=headend peer=cpe1 '
+        'session=1 link=link2 mbit_s=1.47 was_mbit_s=0 queue=0s phase=idle',
+        'time=2026-12-03T22:49:20.500Z level=INFO msg="link capacity estimate" role=headend peer=cpe1 '
+        'session=1 link=link1 mbit_s=0.84 was_mbit_s=1.42 queue=8ms phase=busy',
+        'time=2026-12-03T22:49:23.000Z level=INFO msg="link capacity estimate far below its probe train\'s; '
+        'measuring it again" role=headend peer=cpe1 session=1 link=link1 mbit_s=0.08 train_mbit_s=1.42 collapsed_for=2s',
+        'time=2026-12-03T22:49:23.000Z level=INFO msg="something else" link=link1 mbit_s=9',
+    ])
+    START = 1796338160.0  # 2026-12-03T22:49:20Z
+
+    def test_the_link_s_lines_within_the_window_from_the_flow_start(self):
+        got = lab.estimate_trail(self.LOG, "link1", self.START, self.START + 10)
+        self.assertEqual(got, "+0.50s mbit_s=0.84 was_mbit_s=1.42 queue=8ms phase=busy; "
+                              "+3.00s link capacity estimate far below its probe train's; measuring it again: "
+                              "mbit_s=0.08 train_mbit_s=1.42 collapsed_for=2s")
+
+    def test_the_last_ones_when_there_are_many(self):
+        got = lab.estimate_trail(self.LOG, "link1", self.START - 20, self.START + 10, most=1)
+        self.assertTrue(got.startswith("... +23.00s link capacity estimate far below"), got)
+
+    def test_a_link_with_no_line_says_so(self):
+        self.assertEqual(lab.estimate_trail(self.LOG, "link0", self.START - 20, self.START + 10),
+                         "no change of its capacity estimate logged")
+
+
 def scrapes(*rows):
     """Scrapes of the CPE's metrics, from (t, {link: up}, {link: stamp}) rows."""
     return [{"t": t, "took_s": 0.1, "up": up, "changed": changed} for t, up, changed in rows]

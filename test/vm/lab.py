@@ -26,6 +26,7 @@ Outages drop everything at the link namespace's ingress (tc matchall action drop
 """
 import argparse
 import ctypes
+import datetime
 import json
 import math
 import os
@@ -1818,6 +1819,7 @@ bpf:
                "tcp_congestion_used": {"sender": end.get("sender_tcp_congestion"),
                                        "receiver": end.get("receiver_tcp_congestion")},
                "flow_start_s": round(off, 2), "flow_start_source": j.get("_t_start_source"),
+               "flow_start_clock": round(smp.t0 + off, 3),
                "sample_interval_s": SAMPLE_S,
                "rtt_under_load": rtt, "rtt_series": ping_series(ping_text, PING_INTERVAL_S, t_ping),
                "rtt_under_load_beside_vpn": bond_rtt, "rtt_under_load_links": link_rtt, "cpu": cpu, "cpu_bound": cpu["cpu_bound"], "events": applied,
@@ -2146,6 +2148,27 @@ bpf:
         self.result["wall_s"] = round(time.time() - t_start, 1)
         return self.result
 
+    def estimate_trail(self, t, name):
+        """What the transfer's sender (the CPE upstream, the headend downstream) logged
+        of link `name`'s capacity estimate from 5 s before the flow to its end."""
+        up = t["direction"] == "up"
+        if up:
+            link = name
+        else:
+            # The headend names a CPE's links by their place in its config, from 0.
+            link = next((f"link{l['index'] - 1}" for l in self.topo.links if l["name"] == name), name)
+        path = os.path.join(self.work, "cpe.log" if up else "hub.log")
+        try:
+            with open(path, errors="replace") as f:
+                text = f.read()
+        except OSError as e:
+            return f"no log to read ({e})"
+        start = t.get("flow_start_clock")
+        if start is None:
+            return "no flow start on record"
+        return (f"the {'CPE' if up else 'headend'}'s estimates of {link}: "
+                + estimate_trail(text, link, start - 5, start + t["seconds"] + 1))
+
     def summarize(self):
         r = self.result
         sc = self.sc
@@ -2187,6 +2210,10 @@ bpf:
                 r["notes"].append(f"{key}: links carrying < 5% of their baseline above probe traffic"
                                   + (f" (times the CPU-bound flow's {ratio:.2f} of the sum)" if t["cpu_bound"] else "")
                                   + f": {idle}")
+                # What the sender thought of each starved link: the CI output keeps only
+                # the last lines of the lab, so the cause has to be in them.
+                for n in idle_link_names(t["link_data_mbit"], base, ratio if t["cpu_bound"] else None):
+                    r["notes"].append(f"{key}: {n}: " + self.estimate_trail(t, n))
             if t["stall"]:
                 checks[f"survived_outage_{key}"] = t["completed"]
             t["failover_figures"] = failover_figures(t, base, sums)
@@ -2680,16 +2707,46 @@ def share_before_outage(t, name):
     return round(mine / tot, 4) if tot > 0 else None
 
 
-def idle_links(data_mbit, baseline_mbit, cpu_bound_ratio=None):
-    """The links a transfer left idle, each described: a link carries traffic if, above
-    its idle probe traffic, it carried at least 5 % of what it gave one TCP flow alone.
-    A CPU-bound flow (cpu_bound_ratio: its goodput over the sum of the baselines) moved
-    that much less over every link, so each link's bar is lowered with it: on a CI
-    machine whose emulated CPU held the flow to a fifth of the sum, a link that carried
-    4.4 % of its baseline failed the unscaled bar."""
+def idle_link_names(data_mbit, baseline_mbit, cpu_bound_ratio=None):
+    """The links a transfer left idle: a link carries traffic if, above its idle probe
+    traffic, it carried at least 5 % of what it gave one TCP flow alone. A CPU-bound
+    flow (cpu_bound_ratio: its goodput over the sum of the baselines) moved that much
+    less over every link, so each link's bar is lowered with it: on a CI machine whose
+    emulated CPU held the flow to a fifth of the sum, a link that carried 4.4 % of its
+    baseline failed the unscaled bar."""
     scale = min(1.0, max(0.0, cpu_bound_ratio)) if cpu_bound_ratio is not None else 1.0
-    return [f"{n} ({v:.3f} of baseline {baseline_mbit[n]:.2f} Mbit/s)" for n, v in data_mbit.items()
-            if v < 0.05 * baseline_mbit[n] * scale]
+    return [n for n, v in data_mbit.items() if v < 0.05 * baseline_mbit[n] * scale]
+
+
+def idle_links(data_mbit, baseline_mbit, cpu_bound_ratio=None):
+    """idle_link_names, each described with what it carried."""
+    return [f"{n} ({data_mbit[n]:.3f} of baseline {baseline_mbit[n]:.2f} Mbit/s)"
+            for n in idle_link_names(data_mbit, baseline_mbit, cpu_bound_ratio)]
+
+
+ESTIMATE_LOG = re.compile(r'^time=(\S+) level=\S+ msg="((?:link capacity|probe train|long probe train)[^"]*)".* link=(\S+) (.*)$')
+
+
+def estimate_trail(log_text, link, t_from, t_to, most=8):
+    """A daemon's log lines about one link's capacity estimate (its changes by a quarter
+    or more, its probe trains and retrains) from t_from to t_to (epoch seconds), in one
+    line: each as seconds from t_from, then the line's figures (and its message, unless
+    it is the plain change). The last `most` of them."""
+    out = []
+    for line in log_text.splitlines():
+        m = ESTIMATE_LOG.match(line)
+        if not m or m.group(3) != link:
+            continue
+        try:
+            at = datetime.datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+        if t_from <= at <= t_to:
+            what = "" if m.group(2) == "link capacity estimate" else m.group(2) + ": "
+            out.append(f"{at - t_from:+.2f}s {what}{m.group(4)}")
+    if not out:
+        return "no change of its capacity estimate logged"
+    return ("... " if len(out) > most else "") + "; ".join(out[-most:])
 
 
 def enforced_figures(sc):
@@ -2977,7 +3034,7 @@ def main():
                             "configured_rates": r.get("configured_rates"), "congestion": r.get("congestion"),
                             "must_show": [{k: f[k] for k in ("name", "transfer", "value", "limit", "unit", "status",
                                                              "enforced")} for f in r.get("must_show", [])],
-                            "must_show_failed": r.get("must_show_failed", [])})
+                            "must_show_failed": r.get("must_show_failed", []), "notes": r.get("notes", [])})
     except KeyboardInterrupt:
         log("\ninterrupted: cleaning up")
         remove_lab()
@@ -2997,9 +3054,13 @@ def main():
             log(f"    {r['scenario']:<12} {'PASS' if r['passed'] else 'FAIL'}  {r['wall_s']:6.1f}s  {figs}"
                 + (f"  error: {r['error']}" if r.get("error") else "")
                 + ("  [must-show: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) + "]" if counts else ""))
-            for k, v in (r.get("checks") or {}).items():
-                if not v:
-                    log(f"        check FAILED: {k}")
+            failed_checks = [k for k, v in (r.get("checks") or {}).items() if not v]
+            for k in failed_checks:
+                log(f"        check FAILED: {k}")
+            if failed_checks:
+                # Repeated here, at the end, because CI keeps only the last lines.
+                for n in r.get("notes") or []:
+                    log(f"        note: {n}")
             for f in r.get("must_show", []):
                 if f["status"] == "FAIL":
                     log(f"        must-show FAIL ({'enforced' if f['enforced'] else 'not enforced'}): {f['name']} "
