@@ -15,7 +15,7 @@ LDFLAGS := -X github.com/aggd/aggd/internal/buildinfo.Version=$(VERSION)
 
 GOBIN := $(shell $(GO) env GOPATH 2>/dev/null)/bin
 
-.PHONY: help deps generate build test test-unit test-bpf-lts test-package deb fuzz bench demo lab lint clean
+.PHONY: help deps generate build test test-unit test-alerts test-bpf-lts test-package deb fuzz bench demo lab lint clean
 
 help: ## show this list
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -32,6 +32,7 @@ build: generate ## build bin/aggd
 test: build ## run all tests (unit, BPF in-kernel, fuzzing FUZZTIME per target, end-to-end in netns, the daemon's packages under -race; needs root)
 	python3 scripts/install_go_test.py
 	python3 test/vm/figures_test.py
+	$(MAKE) --no-print-directory test-alerts
 	./scripts/fuzz-all.sh $${FUZZTIME:-50000x}
 	@# -p 1: one package at a time. The end-to-end tests measure links through daemons
 	@# that need the CPU; the SPIN model check running beside them on a 2-core machine
@@ -45,7 +46,12 @@ test: build ## run all tests (unit, BPF in-kernel, fuzzing FUZZTIME per target, 
 test-unit: generate ## unit tests only (no root needed for most)
 	python3 scripts/install_go_test.py
 	python3 test/vm/figures_test.py
+	$(MAKE) --no-print-directory test-alerts
 	$(GO) test -count=1 -short $(PKGS)
+
+test-alerts: ## the Prometheus alert rules (deploy/prometheus): parsed, checked against the daemon's metrics, evaluated
+	@# A module of its own: the Prometheus server's code is a test dependency only.
+	cd deploy/prometheus && $(GO) test -count=1 ./...
 
 fuzz: generate ## run every fuzz target for FUZZTIME each (default 60s)
 	@./scripts/fuzz-all.sh $${FUZZTIME:-60s}
@@ -72,6 +78,7 @@ lint: generate ## gofmt, go vet, golangci-lint
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GOBIN)/golangci-lint run $(PKGS)
+	cd deploy/prometheus && $(GO) vet ./... && $(GOBIN)/golangci-lint run ./...
 
 clean: ## remove build outputs and generated BPF objects
 	rm -rf bin results dist

@@ -30,7 +30,7 @@ fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 install -d -m 0755 "$stage/DEBIAN" "$stage/usr/bin" "$stage/lib/systemd/system" \
-	"$stage/usr/share/doc/aggd/examples" "$stage/usr/share/doc/aggd/docs"
+	"$stage/usr/share/doc/aggd/examples" "$stage/usr/share/doc/aggd/docs" "$stage/usr/share/aggd/prometheus"
 install -d -m 0700 "$stage/etc/aggd"
 
 echo "build-deb: building aggd $version for $arch (static)"
@@ -47,6 +47,8 @@ install -m 0644 README.md BENCHMARKS.md "$stage/usr/share/doc/aggd/"
 install -m 0644 configs/*.example.yaml "$stage/usr/share/doc/aggd/examples/"
 install -m 0644 docs/*.md "$stage/usr/share/doc/aggd/docs/"
 install -m 0644 deploy/debian/copyright "$stage/usr/share/doc/aggd/copyright"
+# Not under /usr/share/doc: Prometheus's config points at it, and minimal images drop docs.
+install -m 0644 deploy/prometheus/aggd.rules.yml "$stage/usr/share/aggd/prometheus/"
 for script in postinst prerm postrm; do
 	install -m 0755 "deploy/debian/$script" "$stage/DEBIAN/$script"
 done

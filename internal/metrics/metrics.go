@@ -80,6 +80,8 @@ type Set struct {
 	DataCap        *prometheus.GaugeVec
 	DataCapReached *prometheus.GaugeVec
 	DataPeriodEnd  *prometheus.GaugeVec
+
+	own []prometheus.Collector // Own
 }
 
 // New creates and registers the metric set, including build info and Go runtime metrics.
@@ -179,7 +181,7 @@ func New() *Set {
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(buildinfo.Version, buildinfo.GoVersion()).Set(1)
 
-	s.Registry.MustRegister(
+	s.own = []prometheus.Collector{
 		s.LinkTxBytes, s.LinkTxPackets, s.LinkRxBytes, s.LinkRxPackets, s.LinkLost,
 		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkStateChanged, s.LinkSuspicions, s.LinkDuplicate,
 		s.LinkCapacity, s.LinkQueueDelay, s.LinkBaseDelay, s.LinkJitter, s.LinkInfo, s.LinkMTU,
@@ -187,11 +189,16 @@ func New() *Set {
 		s.Duplicates, s.LatePackets, s.ReorderStretches, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.AQMECTDrops, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
 		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.UplinkEvents, s.ControlTxBytes, s.ControlTxPackets, s.ControlLoopLate, s.FallbackDirect, s.FallbackTransitions,
 		s.DataUsed, s.DataCap, s.DataCapReached, s.DataPeriodEnd,
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	)
+	}
+	s.Registry.MustRegister(s.own...)
+	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s
 }
+
+// Own lists the collectors of aggd's own metrics, those New registers (not Go's
+// runtime and process metrics, nor what the daemon adds for its BPF programs): the
+// catalogue that deploy/prometheus's alert rules are checked against.
+func (s *Set) Own() []prometheus.Collector { return s.own }
 
 // Serve exposes /metrics on addr until ctx ends. It returns once the listener is bound,
 // so a bad address is reported before the daemon goes on.
