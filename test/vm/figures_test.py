@@ -115,11 +115,16 @@ class EstimateTrail(unittest.TestCase):
     ])
     START = 1796338160.0  # 2026-12-03T22:49:20Z
 
-    def test_the_link_s_lines_within_the_window_from_the_flow_start(self):
+    def test_the_link_s_lines_within_the_window_after_the_one_standing_at_its_start(self):
         got = lab.estimate_trail(self.LOG, "link1", self.START, self.START + 10)
-        self.assertEqual(got, "+0.50s mbit_s=0.84 was_mbit_s=1.42 queue=8ms phase=busy; "
+        self.assertEqual(got, "-11.93s mbit_s=1.42 was_mbit_s=0 queue=0s phase=idle; "
+                              "+0.50s mbit_s=0.84 was_mbit_s=1.42 queue=8ms phase=busy; "
                               "+3.00s link capacity estimate far below its probe train's; measuring it again: "
                               "mbit_s=0.08 train_mbit_s=1.42 collapsed_for=2s")
+
+    def test_nothing_after_the_window(self):
+        got = lab.estimate_trail(self.LOG, "link1", self.START - 20, self.START + 1)
+        self.assertEqual(got.count("s mbit_s="), 2, got)
 
     def test_the_last_ones_when_there_are_many(self):
         got = lab.estimate_trail(self.LOG, "link1", self.START - 20, self.START + 10, most=1)
@@ -127,7 +132,7 @@ class EstimateTrail(unittest.TestCase):
 
     def test_a_link_with_no_line_says_so(self):
         self.assertEqual(lab.estimate_trail(self.LOG, "link0", self.START - 20, self.START + 10),
-                         "no change of its capacity estimate logged")
+                         "no capacity estimate logged")
 
 
 def scrapes(*rows):

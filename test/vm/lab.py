@@ -2729,10 +2729,11 @@ ESTIMATE_LOG = re.compile(r'^time=(\S+) level=\S+ msg="((?:link capacity|probe t
 
 def estimate_trail(log_text, link, t_from, t_to, most=8):
     """A daemon's log lines about one link's capacity estimate (its changes by a quarter
-    or more, its probe trains and retrains) from t_from to t_to (epoch seconds), in one
+    or more, its probe trains and retrains) from t_from to t_to (epoch seconds), after
+    the last one before t_from (the estimate that stood when the window opened), in one
     line: each as seconds from t_from, then the line's figures (and its message, unless
     it is the plain change). The last `most` of them."""
-    out = []
+    before, out = None, []
     for line in log_text.splitlines():
         m = ESTIMATE_LOG.match(line)
         if not m or m.group(3) != link:
@@ -2741,11 +2742,16 @@ def estimate_trail(log_text, link, t_from, t_to, most=8):
             at = datetime.datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp()
         except ValueError:
             continue
-        if t_from <= at <= t_to:
-            what = "" if m.group(2) == "link capacity estimate" else m.group(2) + ": "
-            out.append(f"{at - t_from:+.2f}s {what}{m.group(4)}")
+        what = "" if m.group(2) == "link capacity estimate" else m.group(2) + ": "
+        entry = f"{at - t_from:+.2f}s {what}{m.group(4)}"
+        if at < t_from:
+            before = entry
+        elif at <= t_to:
+            out.append(entry)
+    if before:
+        out.insert(0, before)
     if not out:
-        return "no change of its capacity estimate logged"
+        return "no capacity estimate logged"
     return ("... " if len(out) > most else "") + "; ".join(out[-most:])
 
 
