@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -73,10 +74,11 @@ func TestRulesAreAlertsThatSayWhatToDo(t *testing.T) {
 	}
 }
 
-// metric is one line of the catalogue.
+// metric is one metric of the catalogue.
 type metric struct {
 	kind   string
 	labels []string
+	values map[string][]string // label: the values it takes, where the code lists them
 }
 
 func loadCatalogue(t *testing.T) map[string]metric {
@@ -94,6 +96,18 @@ func loadCatalogue(t *testing.T) map[string]metric {
 			continue
 		}
 		fields := strings.Fields(line)
+		if fields[0] == "values" { // values name label v1,v2,...
+			m, ok := cat[fields[1]]
+			if !ok || len(fields) != 4 {
+				t.Fatalf("testdata/metrics.txt: %q: values of an unknown metric, or not name, label and values", line)
+			}
+			if m.values == nil {
+				m.values = map[string][]string{}
+			}
+			m.values[fields[2]] = strings.Split(fields[3], ",")
+			cat[fields[1]] = m
+			continue
+		}
 		m := metric{kind: fields[1]}
 		if len(fields) > 2 {
 			m.labels = strings.Split(fields[2], ",")
@@ -133,7 +147,8 @@ var templateLabel = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
 
 // Every metric a rule selects is one aggd exports, and every label the rule names (in
 // its selectors, its by, on and group_left clauses, and its annotations' templates)
-// is a label of one of them.
+// is a label of one of them; a label compared with a value takes that value, where the
+// catalogue lists the values.
 func TestRulesUseWhatAggdExports(t *testing.T) {
 	cat := loadCatalogue(t)
 	p := parser.NewParser(parser.Options{})
@@ -146,14 +161,18 @@ func TestRulesUseWhatAggdExports(t *testing.T) {
 		parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
 			switch n := node.(type) {
 			case *parser.VectorSelector:
-				labels, ok := labelsOf(cat, n.Name)
+				names, ok := labelsOf(cat, n.Name)
 				if !ok {
 					t.Errorf("%s: selects %s, which aggd does not export (testdata/metrics.txt)", r.Alert, n.Name)
 				}
-				known = append(known, labels...)
+				known = append(known, names...)
 				for _, m := range n.LabelMatchers {
-					if m.Name != model.MetricNameLabel && !slices.Contains(labels, m.Name) {
-						t.Errorf("%s: %s has no label %q (it has %v)", r.Alert, n.Name, m.Name, labels)
+					if m.Name != model.MetricNameLabel && !slices.Contains(names, m.Name) {
+						t.Errorf("%s: %s has no label %q (it has %v)", r.Alert, n.Name, m.Name, names)
+					}
+					values := cat[n.Name].values[m.Name]
+					if m.Type == labels.MatchEqual && values != nil && !slices.Contains(values, m.Value) {
+						t.Errorf("%s: %s{%s=%q}: the label never takes that value (it takes %v)", r.Alert, n.Name, m.Name, m.Value, values)
 					}
 				}
 			case *parser.AggregateExpr:

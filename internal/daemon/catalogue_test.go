@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/aggd/aggd/internal/bpf"
 	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/wire"
 )
 
 var updateCatalogue = flag.Bool("update", false, "rewrite "+cataloguePath)
@@ -69,8 +72,28 @@ func metricCatalogue(t *testing.T) string {
 	add("counter", shieldCollector{})
 	add("counter", fastPathCollector{}) // and the handbacks
 	sort.Strings(lines)
+	var drops []string
+	for _, r := range wire.AllReasons() {
+		drops = append(drops, r.String())
+	}
+	values := []string{
+		labelValues("aggd_drops_total", "reason", drops),
+		labelValues("aggd_fastpath_packets_total", "direction", []string{"rx", "tx"}),
+		labelValues("aggd_fastpath_packets_total", "verdict", append(slices.Clone(bpf.TxVerdicts), bpf.RxVerdicts...)),
+		labelValues("aggd_xdp_packets_total", "reason", bpf.Reasons),
+	}
 	return "# name type labels: every metric aggd exports (internal/daemon TestMetricCatalogue writes this file)\n" +
-		strings.Join(lines, "\n") + "\n"
+		strings.Join(lines, "\n") + "\n" +
+		"# values name label v1,v2,...: every value a label takes, where the code lists them\n" +
+		strings.Join(values, "\n") + "\n"
+}
+
+// labelValues is a catalogue line of the values a metric's label takes, each once,
+// sorted.
+func labelValues(metric, label string, values []string) string {
+	values = slices.Clone(values)
+	slices.Sort(values)
+	return fmt.Sprintf("values %s %s %s", metric, label, strings.Join(slices.Compact(values), ","))
 }
 
 // kindOf is a collector's metric type. Gauge comes first: a Gauge has a Counter's
