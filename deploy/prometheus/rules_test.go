@@ -351,7 +351,8 @@ func lastMinute(series string) int {
 // every alert in the file has such cases.
 func TestAlertsFireOnTheirFaultOnly(t *testing.T) {
 	engine := promql.NewEngine(promql.EngineOpts{MaxSamples: 1e6, Timeout: time.Minute, LookbackDelta: 5 * time.Minute})
-	for _, r := range loadRules(t) {
+	rules := loadRules(t)
+	for _, r := range rules {
 		cases, ok := alertCases[r.Alert]
 		if !ok {
 			t.Errorf("%s: no cases in alertCases", r.Alert)
@@ -388,7 +389,6 @@ func TestAlertsFireOnTheirFaultOnly(t *testing.T) {
 			}
 		}
 	}
-	rules := loadRules(t)
 	for name := range alertCases {
 		if !slices.ContainsFunc(rules, func(r rulefmt.Rule) bool { return r.Alert == name }) {
 			t.Errorf("alertCases has %s, which %s does not define", name, rulesFile)

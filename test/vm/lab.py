@@ -2203,7 +2203,8 @@ bpf:
             r["aggregate"][key] = a
             checks[f"transfer_completed_{key}"] = t["completed"]
             base = {b["name"]: b[d]["baseline_mbit"] for b in r["links"]}
-            idle = idle_links(t["link_data_mbit"], base, ratio if t["cpu_bound"] else None)
+            cpu_ratio = ratio if t["cpu_bound"] else None
+            idle = idle_links(t["link_data_mbit"], base, cpu_ratio)
             if sc.get("check_every_link", True):
                 checks[f"every_link_carried_traffic_{key}"] = not idle
             if idle:
@@ -2212,7 +2213,7 @@ bpf:
                                   + f": {idle}")
                 # What the sender thought of each starved link: the CI output keeps only
                 # the last lines of the lab, so the cause has to be in them.
-                for n in idle_link_names(t["link_data_mbit"], base, ratio if t["cpu_bound"] else None):
+                for n in idle_link_names(t["link_data_mbit"], base, cpu_ratio):
                     r["notes"].append(f"{key}: {n}: " + self.estimate_trail(t, n))
             if t["stall"]:
                 checks[f"survived_outage_{key}"] = t["completed"]
