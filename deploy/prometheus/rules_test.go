@@ -235,9 +235,12 @@ var alertCases = map[string][]alertCase{
 		{fires: true, series: `aggd_link_loss_ratio{instance="cpe",peer="headend",link="lte"} 0.08+0x12`},
 		{fires: false, series: `aggd_link_loss_ratio{instance="cpe",peer="headend",link="lte"} 0.01+0x12`},
 	},
-	"AggdNoSession": {
-		{fires: true, series: `aggd_sessions{instance="cpe"} 0+0x6`},
-		{fires: false, series: `aggd_sessions{instance="cpe"} 0 0 1 1 1 1 1`},
+	"AggdPeerNoSession": {
+		// A headend's CPE that never connected; a CPE whose headend did, late.
+		{fires: true, series: `
+			aggd_peer_session{instance="hub",peer="cpe1"} 1+0x6
+			aggd_peer_session{instance="hub",peer="cpe2"} 0+0x6`},
+		{fires: false, series: `aggd_peer_session{instance="cpe",peer="headend"} 0 0 1 1 1 1 1`},
 	},
 	"AggdHandshakesRejected": {
 		{fires: true, series: `aggd_session_handshakes_total{instance="hub",peer="unknown",result="rejected"} 0+1x10`},

@@ -44,6 +44,7 @@ type Set struct {
 	LinkMTU          *prometheus.GaugeVec
 
 	Sessions       prometheus.Gauge
+	PeerSession    *prometheus.GaugeVec
 	Handshakes     *prometheus.CounterVec
 	ReorderHeld    *prometheus.CounterVec
 	ReorderHold    *prometheus.CounterVec
@@ -122,6 +123,9 @@ func New() *Set {
 		Sessions: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "aggd", Name: "sessions", Help: "Established sessions.",
 		}),
+		PeerSession: gaugeVec("peer_session", "1 while the peer has an established session, else 0. A headend has one per CPE in its peers list, "+
+			"connected or not, so that a CPE that has not connected since the headend started shows; a config reload that removes a CPE "+
+			"removes it, with every other series of that peer. On a CPE the peer is \"headend\".", []string{"peer"}),
 		Handshakes:   counterVec("session_handshakes_total", "Completed handshakes (initial and rekey).", []string{"peer", "result"}),
 		ReorderHeld:  counterVec("reorder_held_packets_total", "Packets held by the resequencer because an earlier one was missing.", []string{"peer"}),
 		ReorderLost:  counterVec("reorder_lost_packets_total", "Sequence numbers the resequencer gave up waiting for.", []string{"peer"}),
@@ -185,7 +189,7 @@ func New() *Set {
 		s.LinkTxBytes, s.LinkTxPackets, s.LinkRxBytes, s.LinkRxPackets, s.LinkLost,
 		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkStateChanged, s.LinkSuspicions, s.LinkDuplicate,
 		s.LinkCapacity, s.LinkQueueDelay, s.LinkBaseDelay, s.LinkJitter, s.LinkInfo, s.LinkMTU,
-		s.Sessions, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
+		s.Sessions, s.PeerSession, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderStretches, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.AQMECTDrops, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
 		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.UplinkEvents, s.ControlTxBytes, s.ControlTxPackets, s.ControlLoopLate, s.FallbackDirect, s.FallbackTransitions,
 		s.DataUsed, s.DataCap, s.DataCapReached, s.DataPeriodEnd,
@@ -193,6 +197,21 @@ func New() *Set {
 	s.Registry.MustRegister(s.own...)
 	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s
+}
+
+// ForgetPeer deletes every series labelled with the peer, as when a config reload
+// removes a CPE: its last values would otherwise stay in every scrape, frozen (a link
+// shown up for ever, or an alert that never clears).
+func (s *Set) ForgetPeer(name string) {
+	only := prometheus.Labels{"peer": name}
+	for _, c := range s.own {
+		switch v := c.(type) {
+		case *prometheus.CounterVec:
+			v.DeletePartialMatch(only)
+		case *prometheus.GaugeVec:
+			v.DeletePartialMatch(only)
+		}
+	}
 }
 
 // Own lists the collectors of aggd's own metrics, those New registers (not Go's

@@ -72,6 +72,11 @@ func bytesSI(v float64) string {
 }
 
 func renderPeer(b *strings.Builder, p, prev *Peer, at time.Time, dt float64) {
+	if p.NoSession {
+		fmt.Fprintf(b, "peer %s: NO SESSION: no handshake with it has completed since aggd started "+
+			"(or since a reload changed it); its links are unknown until one does (see both ends' logs)\n", p.Name)
+		return
+	}
 	fmt.Fprintf(b, "peer %s\n", p.Name)
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	head := []string{"  link", "state", "for", "rtt", "delay", "queue", "jitter", "loss", "capacity", "scheduler"}

@@ -69,6 +69,11 @@ type Peer struct {
 	Name  string
 	Links []*Link // by name
 
+	// NoSession: the daemon knows the peer but has no session with it (a headend's
+	// CPE that has not connected since it started; a CPE's headend before the first
+	// handshake).
+	NoSession bool
+
 	HoldTime           time.Duration // how long a gap is waited for now
 	ReorderHeld        float64       // packets that waited for an earlier one
 	ReorderHoldSeconds float64       // their total wait
@@ -286,6 +291,7 @@ var peerSetters = map[string]func(*Peer, float64){
 	"aggd_reorder_hold_seconds_total": func(p *Peer, v float64) { p.ReorderHoldSeconds = v },
 	"aggd_reorder_lost_packets_total": func(p *Peer, v float64) { p.ReorderLost = v },
 	"aggd_reorder_hold_time_seconds":  func(p *Peer, v float64) { p.HoldTime = seconds(v) },
+	"aggd_peer_session":               func(p *Peer, v float64) { p.NoSession = v == 0 },
 }
 
 func label(m *dto.Metric, name string) string {

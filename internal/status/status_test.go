@@ -217,6 +217,33 @@ func TestRenderShowsTheCPEsLinkNames(t *testing.T) {
 	}
 }
 
+// A headend lists every CPE it is configured for: one that has not connected shows as
+// such, not as missing (aggd_peer_session).
+func TestRenderShowsAPeerWithoutSession(t *testing.T) {
+	m := metrics.New()
+	m.Sessions.Set(1)
+	m.PeerSession.WithLabelValues("cpe1").Set(1)
+	m.LinkUp.WithLabelValues("cpe1", "link0").Set(1)
+	m.PeerSession.WithLabelValues("cpe2").Set(0)
+	s := fetch(t, serve(t, m))
+	if p := s.Peer("cpe2"); p == nil || !p.NoSession {
+		t.Fatalf("cpe2 read as %+v, want a peer with no session", p)
+	}
+	if s.Peer("cpe1").NoSession {
+		t.Error("cpe1, with its session, read as having none")
+	}
+	var out strings.Builder
+	if err := Render(&out, nil, s); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "peer cpe2: NO SESSION") {
+		t.Errorf("output does not say cpe2 has no session:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "peer cpe1: NO SESSION") || !strings.Contains(out.String(), "  link0 ") {
+		t.Errorf("cpe1 not shown with its link:\n%s", out.String())
+	}
+}
+
 func TestRenderShowsTheDataCaps(t *testing.T) {
 	end := time.Date(2026, 12, 1, 0, 0, 0, 0, time.Local)
 	text := fmt.Sprintf(`# TYPE aggd_build_info gauge

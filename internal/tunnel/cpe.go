@@ -126,6 +126,7 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 		c.tuning = append(c.tuning, tuning(u.Spec))
 		c.capReached = append(c.capReached, false)
 	}
+	m.PeerSession.WithLabelValues(cfg.Session.Peer).Set(0)
 	return c, nil
 }
 
@@ -345,6 +346,7 @@ func (c *CPE) onResponse(h *wire.Header, pkt []byte) {
 		s.installKeys(gen, true)
 		c.session.Store(s)
 		c.m.Sessions.Set(1)
+		c.m.PeerSession.WithLabelValues(c.cfg.Session.Peer).Set(1)
 		c.log.Info("session established", "headend_index", body.SenderIndex)
 		c.announceLinks(s, true) // a new session: on every link
 	} else {

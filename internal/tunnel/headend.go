@@ -69,6 +69,9 @@ func NewHeadend(cfg HeadendConfig, tun Packet, m *metrics.Set, log *slog.Logger)
 	}
 	ps := newPeerSet(cfg.Peers)
 	h.peers.Store(ps)
+	for name := range ps.byName {
+		m.PeerSession.WithLabelValues(name).Set(0)
+	}
 	h.resp = handshake.NewResponder(cfg.Local, ps.keys())
 	rate := cfg.HandshakesPerSecond
 	if rate <= 0 {
@@ -244,6 +247,7 @@ func (h *Headend) sessionFor(peer *Peer, cpeIndex uint32) *Session {
 	h.byIndex[idx] = s
 	h.byPeer[peer.Name] = s
 	h.m.Sessions.Set(float64(len(h.byPeer)))
+	h.m.PeerSession.WithLabelValues(peer.Name).Set(1)
 	h.log.Info("session established", "peer", peer.Name, "session", idx)
 	return s
 }

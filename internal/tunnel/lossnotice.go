@@ -258,7 +258,7 @@ func (s *Session) sendLossNotice(ranges []wire.SeqRange) {
 		s.sendControl(via, wire.TypeLossNotice, 0, 0, body.Append(nil))
 		n += rangeTotal(chunk)
 	}
-	s.m.LossNoticeSent.WithLabelValues(s.cfg.Peer).Add(float64(n))
+	s.pm.lossNoticeSent.Add(float64(n))
 }
 
 // refuge is where what cannot wait for a link in doubt goes (loss notices, copies of
@@ -322,7 +322,7 @@ func (s *Session) onLossNotice(body wire.LossNoticeBody) {
 	}
 	s.armHoldTimer(clock.Nanos())
 	s.rxMu.Unlock()
-	s.m.LossNoticeReceived.WithLabelValues(s.cfg.Peer).Add(float64(rangeTotal(body.Ranges)))
+	s.pm.lossNoticeReceived.Add(float64(rangeTotal(body.Ranges)))
 }
 
 // skipRanges hands the resequencer sequence numbers that will never arrive. Caller

@@ -43,9 +43,10 @@ type PeerChanges struct {
 
 // SetPeers replaces the CPEs the headend accepts, as a config reload does, without
 // touching the others' sessions. A new peer can handshake at once. A removed one's
-// session is closed and its handshakes are refused from now on. A peer whose key or
-// prefixes changed has its session closed too: its CPE handshakes again (it notices
-// within a few probe intervals) and gets a session with the new settings.
+// session is closed, its handshakes are refused from now on, and its metrics go. A
+// peer whose key or prefixes changed has its session closed and its metrics reset:
+// its CPE handshakes again (it notices within a few probe intervals) and gets a
+// session with the new settings.
 func (h *Headend) SetPeers(peers []Peer) PeerChanges {
 	next := newPeerSet(peers)
 	h.mu.Lock()
@@ -81,6 +82,14 @@ func (h *Headend) SetPeers(peers []Peer) PeerChanges {
 	closeFor(ch.Removed, "peer removed")
 	closeFor(ch.Changed, "its key or prefixes changed: the CPE handshakes again")
 	h.m.Sessions.Set(float64(len(h.byPeer)))
+	// A closed session's series would stay frozen at their last values (its links
+	// shown up); a changed peer's come back with its new session.
+	for _, name := range slices.Concat(ch.Removed, ch.Changed) {
+		h.m.ForgetPeer(name)
+	}
+	for _, name := range slices.Concat(ch.Added, ch.Changed) {
+		h.m.PeerSession.WithLabelValues(name).Set(0)
+	}
 	slices.Sort(ch.Added)
 	slices.Sort(ch.Removed)
 	slices.Sort(ch.Changed)

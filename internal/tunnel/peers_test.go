@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/aggd/aggd/internal/metrics"
 )
 
 // A config reload's peer changes, on a running headend: a new peer connects without
@@ -32,10 +34,19 @@ func TestSetPeersChangesWhoMayConnect(t *testing.T) {
 		}
 	}
 
-	// Added: cpe-b connects; cpe-a keeps its session.
+	// Added: cpe-b shows, without a session, until it connects; cpe-a keeps its session.
 	want(bed.he.SetPeers(asPeers(a, b)), PeerChanges{Added: []string{"cpe-b"}})
+	wantSession := func(peer string, want float64) {
+		t.Helper()
+		if got := gauge(bed.heM.PeerSession.WithLabelValues(peer)); got != want {
+			t.Errorf("aggd_peer_session{peer=%q} %v, want %v", peer, got, want)
+		}
+	}
+	wantSession("cpe-a", 1)
+	wantSession("cpe-b", 0)
 	nb := bed.startCPE(b, 2, time.Hour)
 	bed.waitReady(nb)
+	wantSession("cpe-b", 1)
 	if s := bed.session("cpe-a"); s == nil || s.localIndex != aIndex {
 		t.Fatal("adding a peer replaced another peer's session")
 	}
@@ -57,11 +68,18 @@ func TestSetPeersChangesWhoMayConnect(t *testing.T) {
 	bed.waitReady(nb)
 	mustTransfer(t, bed.heTun, nb.tun, packets(internet, lan, 50))
 
-	// Removed: cpe-a's session ends, and its CPE's next handshakes are refused.
+	// Removed: cpe-a's session ends, its series go, and its CPE's next handshakes are
+	// refused.
+	if n := seriesOf(t, bed.heM, "cpe-a"); n == 0 {
+		t.Fatal("no series of cpe-a before its removal: the check below would prove nothing")
+	}
 	rejected := gauge(bed.heM.Handshakes.WithLabelValues("unknown", "rejected"))
 	want(bed.he.SetPeers(asPeers(b2)), PeerChanges{Removed: []string{"cpe-a"}})
 	if bed.session("cpe-a") != nil {
 		t.Fatal("cpe-a's session still there after its removal")
+	}
+	if n := seriesOf(t, bed.heM, "cpe-a"); n != 0 {
+		t.Errorf("%d series of cpe-a still exported after its removal", n)
 	}
 	if got := gauge(bed.heM.Sessions); got != 1 {
 		t.Errorf("aggd_sessions %v, want 1", got)
@@ -73,4 +91,29 @@ func TestSetPeersChangesWhoMayConnect(t *testing.T) {
 		t.Error("a removed peer got a session again")
 	}
 	mustTransfer(t, bed.heTun, nb.tun, packets(internet, b.addr, 20)) // cpe-b unaffected
+	time.Sleep(3 * bed.he.cfg.Session.Probe)                          // a tick of a closed session brings nothing back
+	if n := seriesOf(t, bed.heM, "cpe-a"); n != 0 {
+		t.Errorf("%d series of cpe-a came back after its removal", n)
+	}
+	wantSession("cpe-b", 1)
+}
+
+// seriesOf counts the series m exports with the given peer label.
+func seriesOf(t *testing.T, m *metrics.Set, peer string) int {
+	t.Helper()
+	families, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range families {
+		for _, s := range f.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "peer" && l.GetValue() == peer {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }

@@ -190,7 +190,7 @@ func (s *Session) requestRepair(l *link, next, count uint32) {
 	}}
 	s.repairAsked.Store(clock.Nanos())
 	s.sendControl(via, wire.TypeRepairRequest, 0, 0, body.Append(nil))
-	s.m.RepairRequested.WithLabelValues(s.cfg.Peer).Add(float64(count))
+	s.pm.repairRequested.Add(float64(count))
 }
 
 // awaitingRepair reports whether a repair the receiver asked for may still come at
@@ -259,8 +259,8 @@ func (s *Session) onRepairRequest(body wire.RepairRequestBody) {
 	if len(gone) > 0 {
 		s.noticeLost(gone)
 	}
-	s.m.RepairResent.WithLabelValues(s.cfg.Peer).Add(float64(resent))
-	s.m.RepairUnavailable.WithLabelValues(s.cfg.Peer).Add(float64(len(gone)))
+	s.pm.repairResent.Add(float64(resent))
+	s.pm.repairUnavailable.Add(float64(len(gone)))
 }
 
 // kernelSent returns the global sequence numbers of the packets in gaps (trimmed) that

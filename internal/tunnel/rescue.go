@@ -179,7 +179,7 @@ func (s *Session) rescue(l *link) (copied int) {
 	}
 	s.txMu.Unlock()
 	if copied > 0 {
-		s.m.Rescued.WithLabelValues(s.cfg.Peer).Add(float64(copied))
+		s.pm.rescued.Add(float64(copied))
 		l.log.Debug("copied packets in flight", "to", to[0].spec.Name, "links", len(to), "copied", copied,
 			"logged", len(inFlight), "covered", covered)
 	}

@@ -165,6 +165,7 @@ type Session struct {
 	// controlTx counts what each control message type costs the links (sendControlStamped),
 	// resolved once per session: probes and FEEDBACK go out ten times a second per link.
 	controlTx [wire.TypeRepairRequest + 1]struct{ bytes, packets prometheus.Counter }
+	pm        peerMetrics
 
 	linksMu sync.RWMutex
 	links   map[uint8]*link
@@ -192,6 +193,7 @@ func newSession(cfg SessionConfig, m *metrics.Set, log *slog.Logger, localIndex 
 		closed: make(chan struct{}),
 	}
 	s.reseq.SetHold(int64(cfg.MaxHold))
+	s.pm = newPeerMetrics(m, cfg.Peer)
 	for t := wire.TypeProbe; t <= wire.TypeRepairRequest; t++ {
 		s.controlTx[t].bytes = m.ControlTxBytes.WithLabelValues(cfg.Peer, t.String())
 		s.controlTx[t].packets = m.ControlTxPackets.WithLabelValues(cfg.Peer, t.String())
@@ -310,12 +312,12 @@ func (s *Session) entryAQMDrops(now int64, inner []byte) bool {
 		return false
 	}
 	if s.cfg.AQMECN && ecn.Mark(inner) {
-		s.m.AQMMarks.WithLabelValues(s.cfg.Peer).Inc()
+		s.pm.aqmMarks.Inc()
 		return false
 	}
-	s.m.AQMDrops.WithLabelValues(s.cfg.Peer).Inc()
+	s.pm.aqmDrops.Inc()
 	if cp, ok := ecn.Of(inner); ok && cp != ecn.NotECT {
-		s.m.AQMECTDrops.WithLabelValues(s.cfg.Peer).Inc()
+		s.pm.aqmECTDrops.Inc()
 	}
 	return true
 }
@@ -1172,7 +1174,7 @@ func (s *Session) adaptHold(now time.Time, links []*link) {
 	s.reseq.SetHold(int64(hold))
 	inForce := time.Duration(s.reseq.Hold()) // with what late packets added (reseq/stretch.go)
 	s.rxMu.Unlock()
-	s.m.ReorderHoldNow.WithLabelValues(s.cfg.Peer).Set(inForce.Seconds())
+	s.pm.holdNow.Set(inForce.Seconds())
 }
 
 // publishReseqStats adds what the resequencer counted since the last tick to the metrics.
@@ -1183,20 +1185,19 @@ func (s *Session) publishReseqStats() {
 	prev := s.lastStats
 	s.lastStats = st
 	s.rxMu.Unlock()
-	p := s.cfg.Peer
-	s.m.ReorderHeld.WithLabelValues(p).Add(float64(st.Held - prev.Held))
-	s.m.ReorderLost.WithLabelValues(p).Add(float64(st.Lost - prev.Lost))
-	s.m.Duplicates.WithLabelValues(p).Add(float64(st.Duplicates - prev.Duplicates))
-	s.m.LatePackets.WithLabelValues(p).Add(float64(st.Late - prev.Late))
+	s.pm.reorderHeld.Add(float64(st.Held - prev.Held))
+	s.pm.reorderLost.Add(float64(st.Lost - prev.Lost))
+	s.pm.duplicates.Add(float64(st.Duplicates - prev.Duplicates))
+	s.pm.latePackets.Add(float64(st.Late - prev.Late))
 	if st.Stretches != prev.Stretches {
-		s.m.ReorderStretches.WithLabelValues(p).Add(float64(st.Stretches - prev.Stretches))
+		s.pm.reorderStretches.Add(float64(st.Stretches - prev.Stretches))
 		s.log.Info("resequencer hold lengthened: packets arrived after the hold timer had given them up",
 			"late", st.Late-prev.Late, "hold", hold)
 	}
-	s.m.LateCopies.WithLabelValues(p).Add(float64(st.LateCopies - prev.LateCopies))
-	s.m.ReorderSkips.WithLabelValues(p).Add(float64(st.OverflowSkips - prev.OverflowSkips))
+	s.pm.lateCopies.Add(float64(st.LateCopies - prev.LateCopies))
+	s.pm.reorderSkips.Add(float64(st.OverflowSkips - prev.OverflowSkips))
 	// Mean hold time = rate(reorder_hold_seconds_total) / rate(reorder_held_packets_total).
-	s.m.ReorderHold.WithLabelValues(p).Add(float64(st.HoldTimeNsSum-prev.HoldTimeNsSum) / 1e9)
+	s.pm.reorderHold.Add(float64(st.HoldTimeNsSum-prev.HoldTimeNsSum) / 1e9)
 }
 
 // installKeys adds a key generation and tells the observer the receive keys now valid.

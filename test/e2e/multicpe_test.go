@@ -66,6 +66,23 @@ log:
 	if err := b.headend.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
+	// Listed, not yet connected: the headend says so, for an alert to name it.
+	const cpe2Session = `aggd_peer_session{peer="cpe2"}`
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		m, err := b.metrics("hub")
+		if err != nil {
+			t.Fatalf("scrape the headend's metrics: %v", err)
+		}
+		if v, ok := m[cpe2Session]; ok {
+			if v != 0 {
+				t.Fatalf("%s %v before cpe2 started, want 0", cpe2Session, v)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 5 s of the reload that added cpe2", cpe2Session)
+		}
+	}
 
 	cpe, err := os.ReadFile(filepath.Join(b.dir, "cpe.yaml"))
 	if err != nil {
@@ -110,6 +127,14 @@ log:
 	}
 	if got := b.metric(t, "hub", "aggd_sessions"); got != 2 {
 		t.Errorf("aggd_sessions %v on the headend with both CPEs up, want 2", got)
+	}
+	for _, series := range []string{`aggd_peer_session{peer="cpe1"}`, cpe2Session} {
+		if got := b.metric(t, "hub", series); got != 1 {
+			t.Errorf("%s %v on the headend with both CPEs up, want 1", series, got)
+		}
+	}
+	if got := b.metric(t, "cpe2", `aggd_peer_session{peer="headend"}`); got != 1 {
+		t.Errorf(`aggd_peer_session{peer="headend"} %v on cpe2 with its session up, want 1`, got)
 	}
 
 	// Both LANs, both directions, at the same time.

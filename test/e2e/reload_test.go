@@ -11,9 +11,9 @@ import (
 )
 
 // A headend's peers change on SIGHUP (systemctl reload), without a restart: a removed
-// CPE loses its session and its route, and is refused; added back, it connects again;
-// a config with problems changes nothing; settings other than peers[] are named as
-// needing a restart.
+// CPE loses its session, its route and its metrics, and is refused; added back, it
+// connects again; a config with problems changes nothing; settings other than peers[]
+// are named as needing a restart.
 func TestHeadendReloadsPeers(t *testing.T) {
 	n := newTopology(t)
 	b := startBond(t, n)
@@ -66,6 +66,16 @@ func TestHeadendReloadsPeers(t *testing.T) {
 	if logCount(hubLog, "handshake rejected") == 0 {
 		t.Error("the removed CPE's handshakes were not rejected")
 	}
+	// Its metrics went with it (frozen, they would show its links up for ever).
+	m, err := b.metrics("hub")
+	if err != nil {
+		t.Fatalf("scrape the headend's metrics: %v", err)
+	}
+	for series := range m {
+		if strings.Contains(series, `peer="cpe1"`) {
+			t.Errorf("the removed CPE's series still exported: %s", series)
+		}
+	}
 
 	// A broken config: nothing changes (the peer stays removed), the problems are logged.
 	reload("listen: nowhere\n")
@@ -77,6 +87,9 @@ func TestHeadendReloadsPeers(t *testing.T) {
 	b.waitReady(t)
 	if b.cpe.Exited() || b.headend.Exited() {
 		t.Fatal("a daemon exited during the reloads")
+	}
+	if got := b.metric(t, "hub", `aggd_peer_session{peer="cpe1"}`); got != 1 {
+		t.Errorf(`aggd_peer_session{peer="cpe1"} %v after it connected again, want 1`, got)
 	}
 	if c := logCount(hubLog, `msg="session established"`); c != 2 {
 		t.Errorf("%d sessions established at the headend, want 2 (before the removal and after the addition)", c)
