@@ -49,7 +49,7 @@ test-unit: generate ## unit tests only (no root needed for most)
 	$(MAKE) --no-print-directory test-alerts
 	$(GO) test -count=1 -short $(PKGS)
 
-test-alerts: ## the Prometheus alert rules (deploy/prometheus): parsed, checked against the daemon's metrics, evaluated
+test-alerts: ## the Prometheus alert rules and the Grafana dashboard: parsed, checked against the daemon's metrics, evaluated
 	@# A module of its own: the Prometheus server's code is a test dependency only.
 	cd deploy/prometheus && $(GO) test -count=1 ./...
 

@@ -30,7 +30,8 @@ fi
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 install -d -m 0755 "$stage/DEBIAN" "$stage/usr/bin" "$stage/lib/systemd/system" \
-	"$stage/usr/share/doc/aggd/examples" "$stage/usr/share/doc/aggd/docs" "$stage/usr/share/aggd/prometheus"
+	"$stage/usr/share/doc/aggd/examples" "$stage/usr/share/doc/aggd/docs" "$stage/usr/share/aggd/prometheus" \
+	"$stage/usr/share/aggd/grafana"
 install -d -m 0700 "$stage/etc/aggd"
 
 echo "build-deb: building aggd $version for $arch (static)"
@@ -47,8 +48,10 @@ install -m 0644 README.md BENCHMARKS.md "$stage/usr/share/doc/aggd/"
 install -m 0644 configs/*.example.yaml "$stage/usr/share/doc/aggd/examples/"
 install -m 0644 docs/*.md "$stage/usr/share/doc/aggd/docs/"
 install -m 0644 deploy/debian/copyright "$stage/usr/share/doc/aggd/copyright"
-# Not under /usr/share/doc: Prometheus's config points at it, and minimal images drop docs.
+# Not under /usr/share/doc: Prometheus's and Grafana's configs point at them, and minimal
+# images drop docs.
 install -m 0644 deploy/prometheus/aggd.rules.yml "$stage/usr/share/aggd/prometheus/"
+install -m 0644 deploy/grafana/aggd.json "$stage/usr/share/aggd/grafana/"
 for script in postinst prerm postrm; do
 	install -m 0755 "deploy/debian/$script" "$stage/DEBIAN/$script"
 done

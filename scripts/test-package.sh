@@ -28,7 +28,7 @@ contents=$(dpkg-deb -c "$deb")
 for path in ./usr/bin/aggd ./lib/systemd/system/aggd-cpe.service ./lib/systemd/system/aggd-headend.service \
 	./usr/share/doc/aggd/examples/cpe.example.yaml ./usr/share/doc/aggd/examples/headend.example.yaml \
 	./usr/share/doc/aggd/copyright ./usr/share/doc/aggd/README.md ./usr/share/aggd/prometheus/aggd.rules.yml \
-	./etc/aggd/; do
+	./usr/share/aggd/grafana/aggd.json ./etc/aggd/; do
 	grep -q " $path\$" <<<"$contents" || fail "$path is not in the package"
 done
 grep -q '^drwx------ root/root .* \./etc/aggd/$' <<<"$contents" || fail "/etc/aggd is not root-only (it will hold private keys)"
@@ -55,8 +55,9 @@ for unit in aggd-cpe.service aggd-headend.service; do
 	# binary are errors.
 	systemd-analyze verify "/lib/systemd/system/$unit" || fail "systemd-analyze verify $unit"
 done
-cmp -s deploy/prometheus/aggd.rules.yml /usr/share/aggd/prometheus/aggd.rules.yml ||
-	fail "/usr/share/aggd/prometheus/aggd.rules.yml is not deploy/prometheus/aggd.rules.yml"
+for shipped in prometheus/aggd.rules.yml grafana/aggd.json; do
+	cmp -s "deploy/$shipped" "/usr/share/aggd/$shipped" || fail "/usr/share/aggd/$shipped is not deploy/$shipped"
+done
 # The service's first step on a machine without a config: a clear error, not a crash.
 if msg=$(/usr/bin/aggd check-config /etc/aggd/cpe.yaml 2>&1); then
 	fail "check-config passed without a config"

@@ -1,8 +1,10 @@
-// Package prometheus tests aggd's alerting rules (aggd.rules.yml) with Prometheus's own
-// rule parser and query engine: every rule parses as Prometheus would load it, uses
-// only metrics and labels aggd exports (testdata/metrics.txt, which the daemon's
-// TestMetricCatalogue keeps true), and fires on series that show its fault and on no
-// series that do not.
+// Package prometheus tests aggd's alerting rules (aggd.rules.yml) and its Grafana
+// dashboard (../grafana/aggd.json) with Prometheus's own rule parser and query engine:
+// every rule parses as Prometheus would load it, uses only metrics and labels aggd
+// exports (testdata/metrics.txt, which the daemon's TestMetricCatalogue keeps true),
+// and fires on series that show its fault and on no series that do not; every
+// dashboard query does the same checks and returns data from series shaped like
+// aggd's.
 //
 // It is a module of its own so that the Prometheus server's code, a test dependency
 // only, stays out of aggd's go.mod. `make test-alerts` runs it.
@@ -151,49 +153,60 @@ var templateLabel = regexp.MustCompile(`\$labels\.([a-zA-Z_][a-zA-Z0-9_]*)`)
 // catalogue lists the values.
 func TestRulesUseWhatAggdExports(t *testing.T) {
 	cat := loadCatalogue(t)
-	p := parser.NewParser(parser.Options{})
 	for _, r := range loadRules(t) {
-		expr, err := p.ParseExpr(r.Expr)
-		if err != nil {
-			t.Fatalf("%s: %v", r.Alert, err) // rulefmt parsed it already
-		}
-		var known, named []string
-		parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
-			switch n := node.(type) {
-			case *parser.VectorSelector:
-				names, ok := labelsOf(cat, n.Name)
-				if !ok {
-					t.Errorf("%s: selects %s, which aggd does not export (testdata/metrics.txt)", r.Alert, n.Name)
-				}
-				known = append(known, names...)
-				for _, m := range n.LabelMatchers {
-					if m.Name != model.MetricNameLabel && !slices.Contains(names, m.Name) {
-						t.Errorf("%s: %s has no label %q (it has %v)", r.Alert, n.Name, m.Name, names)
-					}
-					values := cat[n.Name].values[m.Name]
-					if m.Type == labels.MatchEqual && values != nil && !slices.Contains(values, m.Value) {
-						t.Errorf("%s: %s{%s=%q}: the label never takes that value (it takes %v)", r.Alert, n.Name, m.Name, m.Value, values)
-					}
-				}
-			case *parser.AggregateExpr:
-				named = append(named, n.Grouping...)
-			case *parser.BinaryExpr:
-				if n.VectorMatching != nil {
-					named = append(named, n.VectorMatching.MatchingLabels...)
-					named = append(named, n.VectorMatching.Include...)
-				}
-			}
-			return nil
-		})
+		var named []string
 		for _, a := range r.Annotations {
 			for _, m := range templateLabel.FindAllStringSubmatch(a, -1) {
 				named = append(named, m[1])
 			}
 		}
-		for _, l := range named {
-			if !slices.Contains(known, l) {
-				t.Errorf("%s: names the label %q, which none of the metrics it selects has", r.Alert, l)
+		checkExpr(t, cat, r.Alert, r.Expr, named)
+	}
+}
+
+// checkExpr checks a PromQL expression against the catalogue: every metric it
+// selects is one aggd exports; every label it names, in its selectors, its by, on and
+// group_left clauses, or elsewhere (named: templates, legends), is a label of one of
+// them; a label compared with a value takes that value, where the catalogue lists the
+// values. who names the expression's owner in errors.
+func checkExpr(t *testing.T, cat map[string]metric, who, text string, named []string) {
+	t.Helper()
+	expr, err := parser.NewParser(parser.Options{}).ParseExpr(text)
+	if err != nil {
+		t.Errorf("%s: %v", who, err)
+		return
+	}
+	var known []string
+	parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
+		switch n := node.(type) {
+		case *parser.VectorSelector:
+			names, ok := labelsOf(cat, n.Name)
+			if !ok {
+				t.Errorf("%s: selects %s, which aggd does not export (testdata/metrics.txt)", who, n.Name)
 			}
+			known = append(known, names...)
+			for _, m := range n.LabelMatchers {
+				if m.Name != model.MetricNameLabel && !slices.Contains(names, m.Name) {
+					t.Errorf("%s: %s has no label %q (it has %v)", who, n.Name, m.Name, names)
+				}
+				values := cat[n.Name].values[m.Name]
+				if m.Type == labels.MatchEqual && values != nil && !slices.Contains(values, m.Value) {
+					t.Errorf("%s: %s{%s=%q}: the label never takes that value (it takes %v)", who, n.Name, m.Name, m.Value, values)
+				}
+			}
+		case *parser.AggregateExpr:
+			named = append(named, n.Grouping...)
+		case *parser.BinaryExpr:
+			if n.VectorMatching != nil {
+				named = append(named, n.VectorMatching.MatchingLabels...)
+				named = append(named, n.VectorMatching.Include...)
+			}
+		}
+		return nil
+	})
+	for _, l := range named {
+		if !slices.Contains(known, l) {
+			t.Errorf("%s: names the label %q, which none of the metrics it selects has", who, l)
 		}
 	}
 }
