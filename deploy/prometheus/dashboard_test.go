@@ -19,7 +19,7 @@ import (
 const dashboardFile = "../grafana/aggd.json"
 
 // The part of Grafana's dashboard model the tests read.
-type dashboard struct {
+type dashboardModel struct {
 	Title      string  `json:"title"`
 	UID        string  `json:"uid"`
 	Panels     []panel `json:"panels"`
@@ -70,13 +70,13 @@ type variable struct {
 	AllValue   string      `json:"allValue"`
 }
 
-func loadDashboard(t *testing.T) dashboard {
+func loadDashboard(t *testing.T) dashboardModel {
 	t.Helper()
 	data, err := os.ReadFile(dashboardFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d dashboard
+	var d dashboardModel
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	if err := dec.Decode(&d); err != nil {
 		t.Fatalf("%s: %v", dashboardFile, err)
@@ -85,7 +85,7 @@ func loadDashboard(t *testing.T) dashboard {
 }
 
 // allPanels lists the dashboard's panels, a collapsed row's included.
-func (d dashboard) allPanels() []panel {
+func (d dashboardModel) allPanels() []panel {
 	var out []panel
 	for _, p := range d.Panels {
 		out = append(out, p)
@@ -146,7 +146,12 @@ func TestDashboardLaysOut(t *testing.T) {
 		if p.Datasource == nil || *p.Datasource != ourDatasource {
 			t.Errorf("%s: data source %+v, want %+v", who, p.Datasource, ourDatasource)
 		}
+		refs := map[string]bool{}
 		for _, tg := range p.Targets {
+			if tg.RefID == "" || refs[tg.RefID] {
+				t.Errorf("%s: a query's refId %q missing or taken", who, tg.RefID)
+			}
+			refs[tg.RefID] = true
 			if tg.Datasource != nil && *tg.Datasource != ourDatasource {
 				t.Errorf("%s, query %s: data source %+v, want %+v", who, tg.RefID, tg.Datasource, ourDatasource)
 			}

@@ -3,6 +3,7 @@ module github.com/aggd/aggd/deploy/prometheus
 go 1.26.7
 
 require (
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/prometheus/common v0.74.0
 	github.com/prometheus/prometheus v0.316.0
 )

@@ -6,8 +6,8 @@
 // dashboard query does the same checks and returns data from series shaped like
 // aggd's.
 //
-// It is a module of its own so that the Prometheus server's code, a test dependency
-// only, stays out of aggd's go.mod. `make test-alerts` runs it.
+// It is a module of its own so that the Prometheus server's code and Grafana's SDK,
+// test dependencies only, stay out of aggd's go.mod. `make test-alerts` runs it.
 package prometheus
 
 import (
