@@ -6,7 +6,10 @@
 #   2. Go, if no Go as new as go.mod asks is found: neither Debian 12 nor Ubuntu
 #      ships one that new, so the official toolchain goes to /usr/local/go
 #      (scripts/install-go.py; checked against Go's checksum database);
-#   3. the Go modules, virtme-ng (the lab's VM runner, from PyPI) and golangci-lint.
+#   3. the Go modules, virtme-ng (the lab's VM runner, from PyPI) and golangci-lint;
+#   4. a Prometheus server for the alert rules' end-to-end test: the distribution's
+#      prometheus package, unpacked to /usr/local/lib/aggd/prometheus, not installed
+#      (no service is started on this machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,4 +78,17 @@ fi
 gobin=$("$GO" env GOPATH)/bin
 [[ -x $gobin/golangci-lint ]] ||
 	GOTOOLCHAIN=local "$GO" install "github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$GOLANGCI_LINT_VERSION"
-say "done ($("$GO" version))"
+
+# --- 4. Prometheus, for TestPrometheusAlertsOnTheDaemons --------------------------------
+PROMETHEUS=/usr/local/lib/aggd/prometheus
+if [[ ! -x $PROMETHEUS ]]; then
+	say "unpacking the prometheus package's server to $PROMETHEUS (not installed as a service)"
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	download() { (cd "$tmp" && apt-get download -qq -o APT::Sandbox::User=root prometheus); }
+	download || { apt-get update -qq && download; } ||
+		die "could not download the prometheus package (on Ubuntu, enable the universe component: add-apt-repository universe)"
+	dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
+	install -D -m 0755 "$tmp/x/usr/bin/prometheus" "$PROMETHEUS"
+fi
+say "done ($("$GO" version); $("$PROMETHEUS" --version 2>&1 | head -1))"

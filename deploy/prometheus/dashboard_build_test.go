@@ -127,7 +127,7 @@ func buildDashboard() *dashboard.DashboardBuilder {
 
 	d.WithRow(dashboard.NewRowBuilder("Links")).
 		WithPanel(statetimeline.NewPanelBuilder().Title("Link state").
-			Description("Each link's health: up, suspect (its probe replies stopped; its traffic is copied to another link) or "+
+			Description("Each link's health: up, suspect (its probe replies stopped; its traffic is copied to another link) or " +
 				"down. Legend: peer / the CPE's name for the link.").
 			Datasource(promDatasource).Unit("short").Height(6).Span(24).
 			WithTarget(query(`(aggd_link_up{`+ofPeers+`} + aggd_link_suspect{`+ofPeers+`})`+byName, perLink)).
@@ -205,6 +205,7 @@ func buildDashboard() *dashboard.DashboardBuilder {
 
 // numbered gives the built dashboard's panels their ids and their queries their
 // letters, which the SDK leaves to Grafana's editor.
+//
 //nolint:staticcheck // the classic model, as buildDashboard says
 func numbered(d *dashboard.Dashboard) {
 	for i, p := range d.Panels {
@@ -263,6 +264,7 @@ func TestDashboardIsBuilt(t *testing.T) {
 // The committed dashboard passes Grafana's schema, strictly: every field it has is one
 // Grafana's dashboard and panel schemas define, with the type they give it, and none
 // they require is missing.
+//
 //nolint:staticcheck // the classic model, as buildDashboard says
 func TestDashboardMeetsGrafanasSchema(t *testing.T) {
 	plugins.RegisterDefaultPlugins()
