@@ -22,7 +22,8 @@ func Render(w io.Writer, prev, cur *Snapshot) error {
 	}
 	renderCaps(&b, cur.Caps)
 	if len(cur.Peers) == 0 {
-		b.WriteString("no peers yet: no handshake has completed (see the daemon's log)\n")
+		// Every peer a daemon knows has an aggd_peer_session series, connected or not.
+		b.WriteString("no peers: a headend whose peers list is empty (an older aggd: no handshake has completed yet; see its log)\n")
 	}
 	var dt float64
 	if prev != nil {

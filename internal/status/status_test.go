@@ -173,7 +173,7 @@ aggd_fastpath_packets_total{direction="rx",verdict="gap"} 500
 aggd_fastpath_packets_total{direction="rx",verdict="drop_old"} 7
 `
 	out := renderText(t, text)
-	for _, want := range []string{"FALLBACK", "99.0 % of the data sent", "50.0 % of the data received", "no peers yet"} {
+	for _, want := range []string{"FALLBACK", "99.0 % of the data sent", "50.0 % of the data received", "no peers: a headend whose peers list is empty"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
