@@ -81,13 +81,16 @@ func valueNames(names map[string][2]string) []dashboard.ValueMapping {
 	return []dashboard.ValueMapping{{ValueMap: &dashboard.ValueMap{Type: dashboard.MappingTypeValueToText, Options: options}}}
 }
 
-// steps are absolute thresholds: green below the first value, then each colour from its value.
-func steps(from ...any) *dashboard.ThresholdsConfigBuilder {
-	ts := []dashboard.Threshold{{Color: "green"}}
-	for i := 0; i+1 < len(from); i += 2 {
-		ts = append(ts, dashboard.Threshold{Value: cog.ToPtr(from[i].(float64)), Color: from[i+1].(string)})
-	}
-	return dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).Steps(ts)
+// steps are absolute thresholds: green below the first one, then each one's colour
+// from its value.
+func steps(from ...dashboard.Threshold) *dashboard.ThresholdsConfigBuilder {
+	return dashboard.NewThresholdsConfigBuilder().Mode(dashboard.ThresholdsModeAbsolute).
+		Steps(append([]dashboard.Threshold{{Color: "green"}}, from...))
+}
+
+// at is a threshold: color from value up.
+func at(value float64, color string) dashboard.Threshold {
+	return dashboard.Threshold{Value: &value, Color: color}
 }
 
 func queryVariable(name, label, q string) *dashboard.QueryVariableBuilder {
@@ -114,7 +117,7 @@ func buildDashboard() *dashboard.DashboardBuilder {
 		WithPanel(single("Peers without a session", "Peers the daemon knows but has no session with: on a headend, listed CPEs "+
 			"that have not connected since it started (alert AggdPeerNoSession).", "short",
 			query(`count(aggd_peer_session{`+ofDaemon+`} == 0) or vector(0)`, "no session")).
-			Thresholds(steps(1.0, "red"))).
+			Thresholds(steps(at(1, "red")))).
 		WithPanel(single("Links up", "Links in the schedule (up or suspect), of all links to the peers picked.", "short",
 			query(`sum(aggd_link_up{`+ofPeers+`})`, "up"), query(`count(aggd_link_up{`+ofPeers+`})`, "links"))).
 		WithPanel(single("Direct fallback", "1 while a CPE sends new LAN connections directly out of an uplink because the "+
@@ -193,7 +196,7 @@ func buildDashboard() *dashboard.DashboardBuilder {
 		WithPanel(bargauge.NewPanelBuilder().Title("Data caps").
 			Description("A capped uplink's use of its allowance in the current billing period (CPE, uplinks[].data_cap).").
 			Datasource(promDatasource).Unit("percentunit").Height(8).Span(8).Min(0).Max(1).
-			Thresholds(steps(0.9, "orange", 1.0, "red")).
+			Thresholds(steps(at(0.9, "orange"), at(1, "red"))).
 			ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"})).
 			WithTarget(query(`aggd_uplink_data_used_bytes{`+ofDaemon+`} / aggd_uplink_data_cap_bytes{`+ofDaemon+`}`, "{{link}}"))).
 		WithPanel(graph("Handshakes", "Handshakes completed and rejected (a key the other side does not list, or someone "+

@@ -77,8 +77,7 @@ func loadDashboard(t *testing.T) dashboardModel {
 		t.Fatal(err)
 	}
 	var d dashboardModel
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	if err := dec.Decode(&d); err != nil {
+	if err := json.Unmarshal(data, &d); err != nil {
 		t.Fatalf("%s: %v", dashboardFile, err)
 	}
 	return d

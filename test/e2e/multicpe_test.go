@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -47,25 +46,7 @@ func TestHeadendServesTwoCPEs(t *testing.T) {
 	}
 
 	// The operator adds it to the headend's peers and reloads.
-	cpe2Key := writeKey(t, b.dir, "cpe2.key")
-	hubYAML := filepath.Join(b.dir, "hub.yaml")
-	hub, err := os.ReadFile(hubYAML)
-	if err != nil {
-		t.Fatal(err)
-	}
-	withCPE2 := strings.Replace(string(hub), "\nlog:\n", fmt.Sprintf(`
-  - name: cpe2
-    public_key: %s
-    tunnel_address: [100.64.0.3/32]
-log:
-`, cpe2Key), 1)
-	if withCPE2 == string(hub) {
-		t.Fatalf("hub.yaml does not have the layout this test edits:\n%s", hub)
-	}
-	writeFile(t, b.dir, "hub.yaml", withCPE2)
-	if err := b.headend.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	b.addHubPeer(t, "cpe2", "cpe2.key", "100.64.0.3/32")
 	// Listed, not yet connected: the headend says so, for an alert to name it.
 	const cpe2Session = `aggd_peer_session{peer="cpe2"}`
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {

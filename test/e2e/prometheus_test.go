@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -46,24 +45,7 @@ func TestPrometheusAlertsOnTheDaemons(t *testing.T) {
 	b := startBond(t, n)
 
 	// A second CPE listed, whose aggd never runs.
-	hubYAML := filepath.Join(b.dir, "hub.yaml")
-	hub, err := os.ReadFile(hubYAML)
-	if err != nil {
-		t.Fatal(err)
-	}
-	withAbsent := strings.Replace(string(hub), "\nlog:\n", fmt.Sprintf(`
-  - name: cpe-absent
-    public_key: %s
-    tunnel_address: [100.64.0.9/32]
-log:
-`, writeKey(t, b.dir, "absent.key")), 1)
-	if withAbsent == string(hub) {
-		t.Fatalf("hub.yaml does not have the layout this test edits:\n%s", hub)
-	}
-	writeFile(t, b.dir, "hub.yaml", withAbsent)
-	if err := b.headend.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
+	b.addHubPeer(t, "cpe-absent", "absent.key", "100.64.0.9/32")
 
 	dir := t.TempDir()
 	writeFile(t, dir, "prometheus.yml", fmt.Sprintf(`global:

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -275,6 +276,30 @@ bpf:
 		b.waitReady(t)
 	}
 	return b
+}
+
+// addHubPeer lists one more CPE in the running headend's peers, as an operator adds a
+// customer, and reloads it (SIGHUP). keyFile is the CPE's private key, written into
+// b.dir; the headend gets its public half.
+func (b *bond) addHubPeer(t testing.TB, name, keyFile, tunnelAddr string) {
+	t.Helper()
+	hub, err := os.ReadFile(filepath.Join(b.dir, "hub.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := strings.Replace(string(hub), "\nlog:\n", fmt.Sprintf(`
+  - name: %s
+    public_key: %s
+    tunnel_address: [%s]
+log:
+`, name, writeKey(t, b.dir, keyFile), tunnelAddr), 1)
+	if with == string(hub) {
+		t.Fatalf("hub.yaml does not have the layout addHubPeer edits:\n%s", hub)
+	}
+	writeFile(t, b.dir, "hub.yaml", with)
+	if err := b.headend.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitRunning waits until both daemons say they run.
