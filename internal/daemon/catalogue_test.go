@@ -14,6 +14,7 @@ import (
 
 	"github.com/aggd/aggd/internal/bpf"
 	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/tunnel"
 	"github.com/aggd/aggd/internal/wire"
 )
 
@@ -80,6 +81,7 @@ func metricCatalogue(t *testing.T) string {
 		labelValues("aggd_drops_total", "reason", drops),
 		labelValues("aggd_fastpath_packets_total", "direction", []string{"rx", "tx"}),
 		labelValues("aggd_fastpath_packets_total", "verdict", append(slices.Clone(bpf.TxVerdicts), bpf.RxVerdicts...)),
+		labelValues("aggd_link_suspicions_total", "cause", tunnel.SuspicionCauses()),
 		labelValues("aggd_xdp_packets_total", "reason", bpf.Reasons),
 	}
 	return "# name type labels: every metric aggd exports (internal/daemon TestMetricCatalogue writes this file)\n" +

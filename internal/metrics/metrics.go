@@ -107,7 +107,7 @@ func New() *Set {
 		LinkStateChanged: gaugeVec("link_state_change_timestamp_seconds", "Unix time of a link's last health-state change (probing, up, suspect, down): "+
 			"when aggd decided it, which a scrape of aggd_link_up or aggd_link_suspect only brackets.", linkLabels),
 		LinkSuspicions: counterVec("link_suspicions_total", "Times a link went suspect (its traffic copied to another link until it is up or down again), "+
-			"by cause: silence (no probe reply), reports (the peer's reports show its data stopped arriving), owed (silent while the peer's "+
+			"by cause: silence (no probe reply), reports (the peer's reports show its data stopped arriving), reports_and_silence (both), owed (silent while the peer's "+
 			"reports show data sent on it an RTT before missing), peer_copies (silent while the peer copies what it sends), "+
 			"missed_probe (a probe unanswered while another link owes data).", []string{"peer", "link", "cause"}),
 		LinkDuplicate: counterVec("link_redundant_packets_total", "Redundant copies sent on a link for another link in doubt.", linkLabels),

@@ -142,7 +142,7 @@ type linkMetrics struct {
 	txBytes, txPackets, rxBytes, rxPackets, lost, dup prometheus.Counter
 	rtt, loss, rate, schedRate, up, suspect, changed  prometheus.Gauge
 	capacity, queue, mtu, baseDelay, jitter           prometheus.Gauge
-	suspicions                                        *prometheus.CounterVec // by cause (healthCause.label)
+	suspicions                                        [numCauses]prometheus.Counter
 }
 
 // rxAccount is what the receiver learns about a link from the data arriving on it.
@@ -503,11 +503,22 @@ const (
 	causeOwedAndSilence                       // silence while data sent an RTT before has not arrived
 	causePeerCopies                           // silence while the peer copies what it sends
 	causeMissedInDoubt                        // a probe unanswered while another link owes data
+	numCauses
 )
 
 // label names the cause in aggd_link_suspicions_total.
 func (c healthCause) label() string {
 	return [...]string{"silence", "reports", "reports_and_silence", "owed", "peer_copies", "missed_probe"}[c]
+}
+
+// SuspicionCauses lists the values of aggd_link_suspicions_total's cause label (the
+// metric catalogue that alert rules and dashboards are checked against names them).
+func SuspicionCauses() []string {
+	var labels []string
+	for c := range numCauses {
+		labels = append(labels, c.label())
+	}
+	return labels
 }
 
 func (c healthCause) String() string {

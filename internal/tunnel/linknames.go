@@ -21,6 +21,16 @@ type peerLinkNames struct {
 	byID map[uint8]string
 	// shown is the name each link's info series carries now.
 	shown map[uint8]string
+	// closed is set when the session closes: a LINK_NAMES still being handled then
+	// must not bring back the info series that a reload's ForgetPeer deletes next.
+	closed bool
+}
+
+// close stops the names from being shown any more.
+func (n *peerLinkNames) close() {
+	n.mu.Lock()
+	n.closed = true
+	n.mu.Unlock()
 }
 
 // showLinkName sets link l's info series to the peer's name for it, if the peer gave
@@ -29,6 +39,9 @@ func (s *Session) showLinkName(l *link) {
 	n := &s.linkNames
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.closed {
+		return
+	}
 	name, ok := n.byID[l.spec.ID]
 	if !ok {
 		name = l.spec.Name

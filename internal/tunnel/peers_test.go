@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/wire"
 )
 
 // A config reload's peer changes, on a running headend: a new peer connects without
@@ -74,12 +75,20 @@ func TestSetPeersChangesWhoMayConnect(t *testing.T) {
 		t.Fatal("no series of cpe-a before its removal: the check below would prove nothing")
 	}
 	rejected := gauge(bed.heM.Handshakes.WithLabelValues("unknown", "rejected"))
+	oldA := bed.session("cpe-a")
 	want(bed.he.SetPeers(asPeers(b2)), PeerChanges{Removed: []string{"cpe-a"}})
 	if bed.session("cpe-a") != nil {
 		t.Fatal("cpe-a's session still there after its removal")
 	}
 	if n := seriesOf(t, bed.heM, "cpe-a"); n != 0 {
 		t.Errorf("%d series of cpe-a still exported after its removal", n)
+	}
+	// What the closed session may still be handling writes into no exported series:
+	// the CPE naming its links, a link going suspect.
+	oldA.onLinkNames(wire.LinkNamesBody{Links: []wire.LinkName{{LinkID: 0, Name: "late"}, {LinkID: 1, Name: "later"}}})
+	oldA.announceSuspect(oldA.link(0), causeOwedAndSilence)
+	if n := seriesOf(t, bed.heM, "cpe-a"); n != 0 {
+		t.Errorf("%d series of cpe-a brought back by its closed session's late writes", n)
 	}
 	if got := gauge(bed.heM.Sessions); got != 1 {
 		t.Errorf("aggd_sessions %v, want 1", got)

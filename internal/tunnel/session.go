@@ -226,12 +226,16 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 			rtt: s.m.LinkRTT.WithLabelValues(lbl...), loss: s.m.LinkLoss.WithLabelValues(lbl...),
 			rate: s.m.LinkRate.WithLabelValues(lbl...), schedRate: s.m.LinkRatePrior.WithLabelValues(lbl...),
 			up: s.m.LinkUp.WithLabelValues(lbl...), suspect: s.m.LinkSuspect.WithLabelValues(lbl...),
-			changed:    s.m.LinkStateChanged.WithLabelValues(lbl...),
-			suspicions: s.m.LinkSuspicions.MustCurryWith(prometheus.Labels{"peer": s.cfg.Peer, "link": spec.Name}),
-			capacity:   s.m.LinkCapacity.WithLabelValues(lbl...), queue: s.m.LinkQueueDelay.WithLabelValues(lbl...),
+			changed:  s.m.LinkStateChanged.WithLabelValues(lbl...),
+			capacity: s.m.LinkCapacity.WithLabelValues(lbl...), queue: s.m.LinkQueueDelay.WithLabelValues(lbl...),
 			mtu: s.m.LinkMTU.WithLabelValues(lbl...), baseDelay: s.m.LinkBaseDelay.WithLabelValues(lbl...),
 			jitter: s.m.LinkJitter.WithLabelValues(lbl...),
 		},
+	}
+	// Every cause's series exists from the start (at 0), like the rest: a rate over
+	// them works at once, and a late write after a reload cannot bring one back.
+	for c := range numCauses {
+		l.m.suspicions[c] = s.m.LinkSuspicions.WithLabelValues(s.cfg.Peer, spec.Name, c.label())
 	}
 	l.rx.repairs = s.asksRepairs()
 	if s.fp != nil {
@@ -1079,7 +1083,7 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 // announceSuspect acts on a link that just went suspect: the packets it had in flight
 // get copies (rescue), and the log says why.
 func (s *Session) announceSuspect(l *link, cause healthCause) {
-	l.m.suspicions.WithLabelValues(cause.label()).Inc()
+	l.m.suspicions[cause].Inc()
 	l.log.Warn("link suspect: copying its traffic to another link", "cause", cause.String(),
 		"copied_in_flight", s.rescue(l))
 }
@@ -1219,6 +1223,7 @@ func (s *Session) installKeys(g *keyGen, sendNow bool) {
 func (s *Session) close() {
 	s.once.Do(func() {
 		close(s.closed)
+		s.linkNames.close()
 		s.holdTimer.Stop()
 		if s.fp != nil {
 			s.fp.Close()
