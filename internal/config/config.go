@@ -15,13 +15,13 @@ package config
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
 	"time"
 
+	"github.com/aggd/aggd/internal/netcfg"
 	"github.com/aggd/aggd/internal/wire"
 )
 
@@ -31,7 +31,7 @@ type Options struct {
 	// to the path they were given.
 	File string
 	// InterfaceExists reports whether a network interface of that name exists on this
-	// machine. nil means: ask the kernel (net.InterfaceByName). Tests pass a fake.
+	// machine. nil means: ask the kernel (netcfg.InterfaceByName). Tests pass a fake.
 	InterfaceExists func(name string) bool
 	// Offline skips every check against this machine, for checking a file that is meant
 	// for another one (`aggd check-config --offline`).
@@ -48,7 +48,7 @@ func (o Options) interfaceExists() func(string) bool {
 		return o.InterfaceExists
 	}
 	return func(name string) bool {
-		_, err := net.InterfaceByName(name)
+		_, err := netcfg.InterfaceByName(name)
 		return err == nil
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -66,7 +65,7 @@ const maxFastSessions = 1024
 // With keep.dir set, maps and links are pinned there (see persist.go); with keep.adopt,
 // the programs load onto the earlier run's maps and take over its attachments.
 func startFastPath(log *slog.Logger, port uint16, tunName string, mtu int, sh *shield, reg *prometheus.Registry, keep persistence) (*fastPath, error) {
-	tunIfc, err := net.InterfaceByName(tunName)
+	tunIfc, err := netcfg.InterfaceByName(tunName)
 	if err != nil {
 		return nil, fmt.Errorf("tunnel interface %s: %w", tunName, err)
 	}
@@ -162,7 +161,7 @@ func (f *fastPath) close() {
 // name, in place of an attachment to an earlier interface of that name. Only behind
 // the shield: the program trusts its tag check.
 func (f *fastPath) attachReceive(name string) error {
-	ifc, err := net.InterfaceByName(name)
+	ifc, err := netcfg.InterfaceByName(name)
 	if err != nil {
 		return fmt.Errorf("uplink %s: %w", name, err)
 	}

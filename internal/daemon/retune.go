@@ -3,11 +3,11 @@ package daemon
 import (
 	"context"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 
 	"github.com/aggd/aggd/internal/config"
+	"github.com/aggd/aggd/internal/netcfg"
 	"github.com/aggd/aggd/internal/tunnel"
 )
 
@@ -30,7 +30,7 @@ func retuneUplinksOnRequest(ctx context.Context, log *slog.Logger, opts Options,
 			if slices.ContainsFunc(running.Uplinks, func(u config.Uplink) bool { return u.Interface == name }) {
 				return true
 			}
-			_, err := net.InterfaceByName(name)
+			_, err := netcfg.InterfaceByName(name)
 			return err == nil
 		}})
 	}

@@ -54,7 +54,7 @@ func startShield(log *slog.Logger, port uint16, ifaces []string, more bool, reg 
 	s := &shield{log: log, prog: prog, pins: pins, links: make(map[string]attachment)}
 	missing := 0
 	for _, name := range ifaces {
-		if _, err := net.InterfaceByName(name); err != nil {
+		if _, err := netcfg.InterfaceByName(name); err != nil {
 			log.Warn("XDP shield: interface not found (attached when it appears)", "interface", name, "err", err)
 			missing++
 			continue
@@ -77,7 +77,7 @@ func startShield(log *slog.Logger, port uint16, ifaces []string, more bool, reg 
 // attachTo attaches the shield to the interface now named name, in place of an
 // attachment to an earlier interface of that name, and says whether it is attached.
 func (s *shield) attachTo(name string) bool {
-	ifc, err := net.InterfaceByName(name)
+	ifc, err := netcfg.InterfaceByName(name)
 	if err != nil {
 		s.log.Warn("XDP shield: interface not found", "interface", name, "err", err)
 		return false
@@ -278,7 +278,7 @@ func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func
 			}
 		case <-tick.C:
 			for _, name := range wanted() {
-				if ifc, err := net.InterfaceByName(name); err == nil && unattached(name, ifc.Index, ifc.Flags&net.FlagUp != 0) {
+				if ifc, err := netcfg.InterfaceByName(name); err == nil && unattached(name, ifc.Index, ifc.Flags&net.FlagUp != 0) {
 					attach(name, ifc.Index)
 				}
 			}

@@ -28,7 +28,7 @@ func resolveUplinks(ctx context.Context, ups []config.Uplink, headend config.End
 		if errors.Is(err, errNotYet) {
 			// The uplink joins when its interface and address appear (uplinkWatch).
 			waiting = u.Interface + " has no global address yet"
-			if _, ierr := net.InterfaceByName(u.Interface); ierr != nil {
+			if _, ierr := netcfg.InterfaceByName(u.Interface); ierr != nil {
 				waiting = "interface " + u.Interface + " not found"
 			}
 			src, ep, err = waitingUplinkPath(ctx, i, u, headend)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"slices"
 	"time"
@@ -94,7 +93,7 @@ func (uw *uplinkWatch) catchUp() {
 		if !uw.cpe.UplinkWaiting(id) {
 			continue
 		}
-		if _, err := net.InterfaceByName(u.Interface); err == nil {
+		if _, err := netcfg.InterfaceByName(u.Interface); err == nil {
 			uw.log.Info("uplink not usable at the start has its interface now", "link", u.Name, "interface", u.Interface)
 			uw.onCreated(id)
 		}
@@ -152,7 +151,7 @@ func (uw *uplinkWatch) checkSource(id int) {
 	if u.Source.IsValid() {
 		want = u.Source.Unmap()
 	}
-	if _, err := net.InterfaceByName(u.Interface); err != nil {
+	if _, err := netcfg.InterfaceByName(u.Interface); err != nil {
 		// Gone (a PPPoE line's ppp0 at a disconnect): its addresses went with it, and
 		// its carrier event has taken the link down. It re-binds when it is back.
 		uw.cpe.UplinkSourcePresent(id, false)
