@@ -27,6 +27,8 @@ import (
 //   - how long the step's CPEs took to connect, all started at once;
 //   - the CPEs' own CPU, on average.
 //
+// Then the headend restarts, and it measures how long until every CPE is back.
+//
 // The CPEs run without BPF (they are the load here); the headend as deployed, with its
 // XDP shield on every interface a CPE reaches it through. It runs once whatever b.N
 // is and writes results/bench/headend-scale.json.
@@ -84,8 +86,11 @@ bpf:
 	hub := &bond{Net: n, dir: dir}
 	// AGGD_BENCH_HEADEND_ARGS adds options to the headend's command line (e.g.
 	// --cpu-profile DIR, --fast-path).
-	hub.headend = n.Start("hub", filepath.Join(dir, "hub.log"), append([]string{aggdBinary, "headend", "--config", filepath.Join(dir, "hub.yaml")},
-		strings.Fields(os.Getenv("AGGD_BENCH_HEADEND_ARGS"))...)...)
+	startHeadend := func(log string) {
+		hub.headend = n.Start("hub", filepath.Join(dir, log), append([]string{aggdBinary, "headend", "--config", filepath.Join(dir, "hub.yaml")},
+			strings.Fields(os.Getenv("AGGD_BENCH_HEADEND_ARGS"))...)...)
+	}
+	startHeadend("hub.log")
 	b.Cleanup(func() {
 		if b.Failed() {
 			data, _ := os.ReadFile(filepath.Join(dir, "hub.log"))
@@ -113,6 +118,35 @@ bpf:
 			r.CPEs, r.ConnectSeconds, r.HeadendCPUPercent, r.HeadendCPUPercentPerCPE, r.HeadendRSSMiB, r.Goroutines,
 			r.RxPacketsPerSecond, r.TxPacketsPerSecond, r.LoopLatenessMillis, r.Suspicions, r.ScrapeSeries, r.ScrapeBytes/1000, r.ScrapeMillis, r.CPECPUPercent)
 	}
+
+	// The headend restarts (an upgrade, a crash): every CPE finds it silent and
+	// handshakes again, all at once, into the headend's handshake rate limit.
+	stopped := time.Now()
+	if err := hub.headend.Cmd.Process.Signal(os.Interrupt); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-hub.headend.Done:
+	case <-time.After(10 * time.Second):
+		b.Fatal("the headend did not stop within 10 s of SIGINT")
+	}
+	startHeadend("hub-restarted.log")
+	waitAllLinksUp(b, hub, cpes)
+	res.Restart.CPEs = len(cpes)
+	res.Restart.BackSeconds = time.Since(stopped).Seconds()
+	m, err := hub.metrics("hub")
+	if err != nil {
+		b.Fatalf("scrape the restarted headend: %v", err)
+	}
+	res.Restart.HandshakesRateLimited = int(m[`aggd_drops_total{reason="rate_limited"}`])
+	for k, v := range m {
+		if strings.HasPrefix(k, "aggd_session_handshakes_total{") && strings.Contains(k, `result="ok"`) {
+			res.Restart.HandshakesOK += int(v)
+		}
+	}
+	b.Logf("headend restarted: all %d CPEs' sessions and links up again %.1f s after it stopped; %d handshakes completed, %d packets refused by the handshake rate limit",
+		res.Restart.CPEs, res.Restart.BackSeconds, res.Restart.HandshakesOK, res.Restart.HandshakesRateLimited)
+
 	last := res.Steps[len(res.Steps)-1]
 	b.ReportMetric(last.HeadendCPUPercentPerCPE, "headend-cpu-%/cpe")
 	b.ReportMetric(last.HeadendRSSMiB, "headend-MiB")
@@ -275,6 +309,13 @@ type scaleResult struct {
 	UplinksPerCPE int         `json:"uplinks_per_cpe"`
 	Window        float64     `json:"window_s"`
 	Steps         []scaleStep `json:"steps"`
+	// Restart: the headend stopped and started again with every CPE running.
+	Restart struct {
+		CPEs                  int     `json:"cpes"`
+		BackSeconds           float64 `json:"all_back_s"` // from the stop to every session and link up
+		HandshakesOK          int     `json:"handshakes_completed"`
+		HandshakesRateLimited int     `json:"handshake_packets_rate_limited"`
+	} `json:"restart"`
 }
 
 type scaleStep struct {
