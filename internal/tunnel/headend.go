@@ -45,6 +45,8 @@ type Headend struct {
 	resp *handshake.Responder
 	mac  auth.Key
 	hsRL tokenBucket
+	// inits recognises the copies of an INIT that the CPE sent on its other uplinks.
+	inits initCopies
 
 	// peers is who may connect and where their prefixes are: replaced whole by
 	// SetPeers (a config reload) while the read loops use it.
@@ -165,25 +167,27 @@ func (h *Headend) onInit(hdr *wire.Header, pkt []byte, from netip.AddrPort) {
 		h.drop(wire.ReasonBadTag)
 		return
 	}
-	if !h.hsRL.allow(time.Now()) {
-		h.drop(wire.ReasonRateLimited)
-		return
-	}
 	msg, err := wire.Parse(pkt)
 	if err != nil {
 		h.drop(wire.ReasonOf(err))
 		return
 	}
 	body := msg.Body.(wire.HandshakeBody)
+	now := time.Now()
+	if h.inits.copyOfAdmitted(body.Noise, now) {
+		h.log.Debug("handshake init: a copy, from another uplink, of one already answered", "from", from)
+		return
+	}
+	if !h.hsRL.allow(now) {
+		h.drop(wire.ReasonRateLimited)
+		return
+	}
+	h.inits.admit(body.Noise, now)
 	peerKey, msg2, keys, err := h.resp.Respond(body.Noise)
 	if err != nil {
-		// The CPE sends each INIT on every uplink and the copies after the first are
-		// rejected as replays by design: not worth a log line above debug.
-		level := slog.LevelInfo
-		if errors.Is(err, handshake.ErrReplayedInit) {
-			level = slog.LevelDebug
-		}
-		h.log.Log(context.Background(), level, "handshake rejected", "from", from, "err", err)
+		// The copies of an INIT that the CPE sent on its other uplinks were recognised
+		// above: a replay here is someone else's, or a copy delayed by seconds.
+		h.log.Info("handshake rejected", "from", from, "err", err)
 		h.m.Handshakes.WithLabelValues("unknown", "rejected").Inc()
 		h.drop(wire.ReasonHandshakeFailed)
 		return
