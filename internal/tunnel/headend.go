@@ -47,6 +47,9 @@ type Headend struct {
 	hsRL tokenBucket
 	// inits recognises the copies of an INIT that the CPE sent on its other uplinks.
 	inits initCopies
+	// hsQueue holds the INITs let through, for answerInits: a second of them at the
+	// rate limit.
+	hsQueue chan pendingInit
 
 	// peers is who may connect and where their prefixes are: replaced whole by
 	// SetPeers (a config reload) while the read loops use it.
@@ -80,15 +83,17 @@ func NewHeadend(cfg HeadendConfig, tun Packet, m *metrics.Set, log *slog.Logger)
 		rate = 100
 	}
 	h.hsRL = tokenBucket{rate: rate, burst: rate}
+	h.hsQueue = make(chan pendingInit, int(rate))
 	return h, nil
 }
 
 // Run moves packets until ctx ends.
 func (h *Headend) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
 	go func() { defer wg.Done(); h.readSocket(ctx) }()
 	go func() { defer wg.Done(); readTun(ctx, h.tun, h.m, h.route) }()
+	go func() { defer wg.Done(); h.answerInits(ctx) }()
 	ticker := time.NewTicker(h.cfg.Session.Probe)
 	defer ticker.Stop()
 	lag := newLoopLag(h.cfg.Session.Probe, h.m.ControlLoopLate, h.log)
@@ -183,6 +188,39 @@ func (h *Headend) onInit(hdr *wire.Header, pkt []byte, from netip.AddrPort) {
 		return
 	}
 	h.inits.admit(body.Noise, now)
+	// The responder's Curve25519 work (about 0.3 ms here, BenchmarkRespond) runs on its
+	// own goroutine: on this one, every CPE's data would wait behind it, for 30 ms
+	// after a burst of a hundred INITs (a headend restart).
+	body.Noise = append([]byte(nil), body.Noise...) // pkt is the read loop's buffer
+	select {
+	case h.hsQueue <- pendingInit{hdr: *hdr, body: body, from: from}:
+	default:
+		h.drop(wire.ReasonRateLimited)
+	}
+}
+
+// pendingInit is an INIT waiting for the responder.
+type pendingInit struct {
+	hdr  wire.Header
+	body wire.HandshakeBody
+	from netip.AddrPort
+}
+
+// answerInits answers the INITs onInit let through, one at a time, until ctx ends.
+func (h *Headend) answerInits(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-h.hsQueue:
+			h.answer(&p.hdr, p.body, p.from)
+		}
+	}
+}
+
+// answer runs the responder on an INIT and, if it is good, sets up the session (a new
+// one, or new keys for the existing one) and sends the RESP.
+func (h *Headend) answer(hdr *wire.Header, body wire.HandshakeBody, from netip.AddrPort) {
 	peerKey, msg2, keys, err := h.resp.Respond(body.Noise)
 	if err != nil {
 		// The copies of an INIT that the CPE sent on its other uplinks were recognised

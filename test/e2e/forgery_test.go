@@ -109,16 +109,8 @@ func sendSequenced(t *testing.T, n *testnet.Net, count, size int) {
 }
 
 // injectFromUplink sends a raw aggd datagram to the headend from the CPE's first uplink.
-func injectFromUplink(t *testing.T, n *testnet.Net, pkt []byte) {
-	err := n.Do("cpe", func() error {
-		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.98.1.2")}, &net.UDPAddr{IP: net.ParseIP(headendIP), Port: 4242})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_, err = c.Write(pkt)
-		return err
-	})
+func injectFromUplink(t testing.TB, n *testnet.Net, pkt []byte) {
+	err := sendFromUplink(n, 1, pkt)
 	// up1 is shaped to 10 Mbit/s with a short queue: pace injections so none is dropped
 	// there, which would make the drop counters below undercount.
 	time.Sleep(2 * time.Millisecond)
@@ -127,8 +119,26 @@ func injectFromUplink(t *testing.T, n *testnet.Net, pkt []byte) {
 	}
 }
 
+// sendFromUplink sends raw aggd datagrams to the headend from the CPE's uplink k (from
+// 1), back to back.
+func sendFromUplink(n *testnet.Net, k int, pkts ...[]byte) error {
+	return n.Do("cpe", func() error {
+		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(fmt.Sprintf("10.98.%d.2", k))}, &net.UDPAddr{IP: net.ParseIP(headendIP), Port: 4242})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		for _, p := range pkts {
+			if _, err := c.Write(p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // foreignHandshake builds a well-formed HANDSHAKE_INIT from a fresh key.
-func foreignHandshake(t *testing.T, b *bond) []byte {
+func foreignHandshake(t testing.TB, b *bond) []byte {
 	hubPub := readPublicKeyOf(t, filepath.Join(b.dir, "hub.key"))
 	stranger, err := handshake.GenerateKey()
 	if err != nil {
@@ -147,7 +157,7 @@ func foreignHandshake(t *testing.T, b *bond) []byte {
 	return pkt
 }
 
-func readPublicKeyOf(t *testing.T, privateKeyFile string) handshake.PublicKey {
+func readPublicKeyOf(t testing.TB, privateKeyFile string) handshake.PublicKey {
 	k, err := handshake.LoadPrivateKeyFile(privateKeyFile)
 	if err != nil {
 		t.Fatal(err)
