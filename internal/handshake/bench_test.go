@@ -5,9 +5,8 @@ import (
 	"time"
 )
 
-// BenchmarkRespond is what one CPE's handshake costs the headend's responder: it runs on
-// the headend's socket-reading goroutine, so every CPE's data waits for it, at most
-// 100 times a second (the headend's handshake rate limit).
+// BenchmarkRespond is what one CPE's handshake costs the headend's responder, at most
+// 100 times a second (the headend's handshake rate limit), on a goroutine of its own.
 func BenchmarkRespond(b *testing.B) {
 	p := newPair(b)
 	inits := make([][]byte, b.N)

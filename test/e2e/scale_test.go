@@ -201,14 +201,7 @@ func waitAllLinksUp(b *testing.B, hub *bond, cpes []*testnet.Proc) {
 			b.Fatalf("the headend's aggd exited: %v", hub.headend.Err)
 		}
 		m, err := hub.metrics("hub")
-		up := 0
-		if err == nil {
-			for k, v := range m {
-				if strings.HasPrefix(k, "aggd_link_up{") && v == 1 {
-					up++
-				}
-			}
-		}
+		up := int(seriesSum(m, "aggd_link_up")) // 1 per link up, 0 per other
 		if up == want && m["aggd_sessions"] == float64(len(cpes)) {
 			return
 		}
@@ -267,23 +260,22 @@ func measureScaleStep(b *testing.B, hub *bond, cpes []*testnet.Proc, r *scaleSte
 
 	// A scrape, as Prometheus makes it: the median of five.
 	var times []float64
+	var body string
 	for range 5 {
 		s := time.Now()
-		body, err := hub.HTTPGet("hub", "http://127.0.0.1:9469/metrics")
-		if err != nil {
+		if body, err = hub.HTTPGet("hub", "http://127.0.0.1:9469/metrics"); err != nil {
 			b.Fatalf("scrape the headend: %v", err)
 		}
 		times = append(times, float64(time.Since(s).Microseconds())/1000)
-		r.ScrapeBytes = float64(len(body))
-		r.ScrapeSeries = 0
-		for _, line := range strings.Split(body, "\n") {
-			if line != "" && line[0] != '#' {
-				r.ScrapeSeries++
-			}
-		}
 	}
 	slices.Sort(times)
 	r.ScrapeMillis = times[len(times)/2]
+	r.ScrapeBytes = float64(len(body))
+	for _, line := range strings.Split(body, "\n") {
+		if line != "" && line[0] != '#' {
+			r.ScrapeSeries++
+		}
+	}
 }
 
 // procStatusKiB reads a "kB" field of /proc/<pid>/status (VmRSS, VmHWM).
