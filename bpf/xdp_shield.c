@@ -117,7 +117,7 @@ static __always_inline enum aggd_reason shield_auth(const struct aggd_hdr *hdr, 
 	__be32 index = hdr->session;
 	int ok;
 
-	if (type == AGGD_TYPE_HANDSHAKE_INIT || type == AGGD_TYPE_HANDSHAKE_RESP)
+	if (aggd_type_sessionless(type))
 		return AGGD_REASON_NONE;
 	sess = bpf_map_lookup_elem(&sessions, &index);
 	if (!sess)

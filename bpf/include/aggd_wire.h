@@ -40,13 +40,17 @@
 #define AGGD_TYPE_LINK_PARAMS 8
 #define AGGD_TYPE_LINK_NAMES 9
 #define AGGD_TYPE_REPAIR_REQUEST 10
+#define AGGD_TYPE_COOKIE_REPLY 11
 #define AGGD_TYPE_MIN AGGD_TYPE_DATA
-#define AGGD_TYPE_MAX AGGD_TYPE_REPAIR_REQUEST
+#define AGGD_TYPE_MAX AGGD_TYPE_COOKIE_REPLY
 
 /* Flags byte. Unknown bits must be zero so they can be given meaning later
  * without old receivers misreading them. */
 #define AGGD_FLAG_DUPLICATE 0x01
-#define AGGD_FLAGS_KNOWN (AGGD_FLAG_DUPLICATE)
+/* A HANDSHAKE_INIT that ends with a mac2 (the sender proves its address with
+ * a cookie the headend sent it); on any other type it is bad_flags. */
+#define AGGD_FLAG_MAC2 0x02
+#define AGGD_FLAGS_KNOWN (AGGD_FLAG_DUPLICATE | AGGD_FLAG_MAC2)
 
 /* Link ID 255 is reserved (never a real uplink). */
 #define AGGD_LINK_ID_RESERVED 255
@@ -160,7 +164,20 @@ static __always_inline enum aggd_reason aggd_hdr_check(const struct aggd_hdr *h)
 		return AGGD_REASON_BAD_TYPE;
 	if (h->flags & ~AGGD_FLAGS_KNOWN)
 		return AGGD_REASON_BAD_FLAGS;
+	if ((h->flags & AGGD_FLAG_MAC2) && type != AGGD_TYPE_HANDSHAKE_INIT)
+		return AGGD_REASON_BAD_FLAGS;
 	return AGGD_REASON_NONE;
+}
+
+/*
+ * The messages sent before there is a session, tagged with a mac key derived
+ * from a static public key: the handshake's two and the headend's cookie
+ * reply. No session key checks them: the daemon does.
+ */
+static __always_inline int aggd_type_sessionless(__u8 type)
+{
+	return type == AGGD_TYPE_HANDSHAKE_INIT || type == AGGD_TYPE_HANDSHAKE_RESP ||
+	       type == AGGD_TYPE_COOKIE_REPLY;
 }
 
 #endif /* AGGD_WIRE_H */

@@ -197,7 +197,7 @@ func TestShieldLinkStats(t *testing.T) {
 		datagramFor(0x11, testSession+1, 7, testKeyID, testKey, []byte("a")),   // link 7 unknown_session
 		datagramFor(0x14, testSession, 254, testKeyID+1, testKey, []byte("a")), // link 254 stale_key
 		datagramFor(0x12, 0, 255, 0, other, make([]byte, 112)),                 // link 255 pass
-		datagramFor(0x1b, testSession, 9, testKeyID, testKey, nil),             // link 9 bad_type
+		datagramFor(0x1c, testSession, 9, testKeyID, testKey, nil),             // link 9 bad_type
 		datagramFor(0x21, testSession, 9, testKeyID, testKey, nil),             // totals only: bad_version
 		datagramFor(0x11, testSession, 9, testKeyID, testKey, nil)[:27],        // totals only: truncated
 	}

@@ -238,16 +238,16 @@ func TestShieldVerdicts(t *testing.T) {
 		{"version 2", frameSpec{payload: bad(0x21, 0)}, xdpDrop, "bad_version"},
 		{"version 15", frameSpec{payload: bad(0xf1, 0)}, xdpDrop, "bad_version"},
 		{"type 0", frameSpec{payload: bad(0x10, 0)}, xdpDrop, "bad_type"},
-		{"type 11", frameSpec{payload: bad(0x1b, 0)}, xdpDrop, "bad_type"},
+		{"type 12", frameSpec{payload: bad(0x1c, 0)}, xdpDrop, "bad_type"},
 		{"type 15", frameSpec{payload: bad(0x1f, 0)}, xdpDrop, "bad_type"},
-		{"flags 0x02", frameSpec{payload: bad(0x11, 0x02)}, xdpDrop, "bad_flags"},
+		{"flags 0x02 (mac2) on data", frameSpec{payload: bad(0x11, 0x02)}, xdpDrop, "bad_flags"},
 		{"flags 0x80", frameSpec{payload: bad(0x11, 0x80)}, xdpDrop, "bad_flags"},
 		{"flags 0xff", frameSpec{payload: bad(0x11, 0xff)}, xdpDrop, "bad_flags"},
 		{"version checked first", frameSpec{payload: bad(0x20, 0xfe)}, xdpDrop, "bad_version"},
 		{"type before flags", frameSpec{payload: bad(0x10, 0xfe)}, xdpDrop, "bad_type"},
 		{"802.1Q bad version", frameSpec{vlans: []uint16{etherTypeVLAN}, payload: bad(0x21, 0)}, xdpDrop, "bad_version"},
 		{"QinQ bad flags", frameSpec{vlans: []uint16{etherTypeQinQ, etherTypeVLAN}, payload: bad(0x11, 2)}, xdpDrop, "bad_flags"},
-		{"ip options bad type", frameSpec{ipOptions: 10, payload: bad(0x1b, 0)}, xdpDrop, "bad_type"},
+		{"ip options bad type", frameSpec{ipOptions: 10, payload: bad(0x1c, 0)}, xdpDrop, "bad_type"},
 		{"first fragment bad version", frameSpec{fragOff: 0x2000, payload: bad(0x31, 0), udpLenDelta: 1000}, xdpDrop, "bad_version"},
 		{"ipv6 empty", frameSpec{ipv6: true, payload: nil}, xdpDrop, "truncated"},
 		{"ipv6 27 bytes", frameSpec{ipv6: true, payload: validData()[:27]}, xdpDrop, "truncated"},
@@ -256,7 +256,7 @@ func TestShieldVerdicts(t *testing.T) {
 		{"ipv6 payload length beyond frame", frameSpec{ipv6: true, payload: validData(), cut: 1}, xdpDrop, "truncated"},
 		{"ipv6 payload length below udp", frameSpec{ipv6: true, payload: validData(), ipLenDelta: -len(validData()) - 1}, xdpDrop, "truncated"},
 		{"ipv6 version 2", frameSpec{ipv6: true, payload: bad(0x21, 0)}, xdpDrop, "bad_version"},
-		{"ipv6 type 11", frameSpec{ipv6: true, payload: bad(0x1b, 0)}, xdpDrop, "bad_type"},
+		{"ipv6 type 12", frameSpec{ipv6: true, payload: bad(0x1c, 0)}, xdpDrop, "bad_type"},
 		{"ipv6 flags 0x80", frameSpec{ipv6: true, payload: bad(0x11, 0x80)}, xdpDrop, "bad_flags"},
 		{"ipv6 QinQ bad version", frameSpec{ipv6: true, vlans: []uint16{etherTypeQinQ, etherTypeVLAN}, payload: bad(0x21, 0)}, xdpDrop, "bad_version"},
 	}
@@ -378,8 +378,9 @@ func loadGolden(t *testing.T) []golden {
 	return vectors
 }
 
-func isHandshake(typ uint8) bool {
-	return typ == uint8(wire.TypeHandshakeInit) || typ == uint8(wire.TypeHandshakeResp)
+// isSessionless: the handshake messages and the cookie reply, which no session key tags.
+func isSessionless(typ uint8) bool {
+	return typ == uint8(wire.TypeHandshakeInit) || typ == uint8(wire.TypeHandshakeResp) || typ == uint8(wire.TypeCookieReply)
 }
 
 // TestShieldGoldenVectors runs every golden vector through the shield, as a
@@ -391,7 +392,8 @@ func isHandshake(typ uint8) bool {
 // With the session, the shield must drop exactly the header faults and, for
 // DATA and control messages, the vectors whose tag_ok is false (as bad_tag);
 // body faults pass (the daemon counts them). Without it, every DATA or
-// control message with a sound header is unknown_session; handshakes pass.
+// control message with a sound header is unknown_session; handshakes and cookie
+// replies pass.
 func TestShieldGoldenVectors(t *testing.T) {
 	vectors := loadGolden(t)
 	s := loadShieldT(t, DefaultTunnelPort)
@@ -438,7 +440,7 @@ func TestShieldGoldenVectors(t *testing.T) {
 			t.Errorf("%s: header parses (reason %q) but the vector has no header fields", v.Name, v.Reason)
 			continue
 		}
-		if isHandshake(v.Header.Type) {
+		if isSessionless(v.Header.Type) {
 			seen["handshake"]++
 			check("", xdpPass, "pass")
 			continue
@@ -522,7 +524,7 @@ func TestShieldStrictAlignment(t *testing.T) {
 	defer objs.Close()
 	s := &Shield{objs: objs}
 	addTestSession(t, s)
-	checkFrame(t, s, "strict: vlan + options, bad type", frameSpec{vlans: []uint16{etherTypeVLAN}, ipOptions: 1, payload: aggdDatagram(0x1b, 0, nil)}.build(), xdpDrop, "bad_type")
+	checkFrame(t, s, "strict: vlan + options, bad type", frameSpec{vlans: []uint16{etherTypeVLAN}, ipOptions: 1, payload: aggdDatagram(0x1c, 0, nil)}.build(), xdpDrop, "bad_type")
 	checkFrame(t, s, "strict: data", frameSpec{payload: validData()}.build(), xdpPass, "pass")
 	checkFrame(t, s, "strict: data, bad tag", frameSpec{payload: badTag(validData())}.build(), xdpDrop, "bad_tag")
 	for _, n := range []int{0, 3, 8, 13, 1444} {

@@ -81,6 +81,7 @@ func metricCatalogue(t *testing.T) string {
 		labelValues("aggd_drops_total", "reason", drops),
 		labelValues("aggd_fastpath_packets_total", "direction", []string{"rx", "tx"}),
 		labelValues("aggd_fastpath_packets_total", "verdict", append(slices.Clone(bpf.TxVerdicts), bpf.RxVerdicts...)),
+		labelValues("aggd_handshake_cookie_replies_total", "direction", metrics.CookieDirections),
 		labelValues("aggd_link_suspicions_total", "cause", tunnel.SuspicionCauses()),
 		labelValues("aggd_xdp_packets_total", "reason", bpf.Reasons),
 	}

@@ -46,6 +46,7 @@ type Set struct {
 	Sessions       prometheus.Gauge
 	PeerSession    *prometheus.GaugeVec
 	Handshakes     *prometheus.CounterVec
+	CookieReplies  *prometheus.CounterVec
 	ReorderHeld    *prometheus.CounterVec
 	ReorderHold    *prometheus.CounterVec
 	ReorderHoldNow *prometheus.GaugeVec
@@ -84,6 +85,9 @@ type Set struct {
 
 	own []prometheus.Collector // Own
 }
+
+// CookieDirections are the values of aggd_handshake_cookie_replies_total's label.
+var CookieDirections = []string{"sent", "received"}
 
 // New creates and registers the metric set, including build info and Go runtime metrics.
 func New() *Set {
@@ -126,7 +130,10 @@ func New() *Set {
 		PeerSession: gaugeVec("peer_session", "1 while the peer has an established session, else 0. A headend has one per CPE in its peers list, "+
 			"connected or not, so that a CPE that has not connected since the headend started shows; a config reload that removes a CPE "+
 			"removes it, with every other series of that peer. On a CPE the peer is \"headend\".", []string{"peer"}),
-		Handshakes:   counterVec("session_handshakes_total", "Completed handshakes (initial and rekey).", []string{"peer", "result"}),
+		Handshakes: counterVec("session_handshakes_total", "Completed handshakes (initial and rekey).", []string{"peer", "result"}),
+		CookieReplies: counterVec("handshake_cookie_replies_total",
+			"Cookie replies: sent by a headend whose handshake rate limit was spent, in place of an answer (direction=sent); accepted by a CPE, which then sends its INIT again with a mac2 (direction=received).",
+			[]string{"direction"}),
 		ReorderHeld:  counterVec("reorder_held_packets_total", "Packets held by the resequencer because an earlier one was missing.", []string{"peer"}),
 		ReorderLost:  counterVec("reorder_lost_packets_total", "Sequence numbers the resequencer gave up waiting for.", []string{"peer"}),
 		Duplicates:   counterVec("reorder_duplicate_packets_total", "Duplicate packets dropped by the resequencer.", []string{"peer"}),
@@ -184,12 +191,15 @@ func New() *Set {
 		Namespace: "aggd", Name: "build_info", Help: "Build information; the value is always 1.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(buildinfo.Version, buildinfo.GoVersion()).Set(1)
+	for _, d := range CookieDirections {
+		s.CookieReplies.WithLabelValues(d) // at 0, so that a rate() works from the start
+	}
 
 	s.own = []prometheus.Collector{
 		s.LinkTxBytes, s.LinkTxPackets, s.LinkRxBytes, s.LinkRxPackets, s.LinkLost,
 		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkStateChanged, s.LinkSuspicions, s.LinkDuplicate,
 		s.LinkCapacity, s.LinkQueueDelay, s.LinkBaseDelay, s.LinkJitter, s.LinkInfo, s.LinkMTU,
-		s.Sessions, s.PeerSession, s.Handshakes, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
+		s.Sessions, s.PeerSession, s.Handshakes, s.CookieReplies, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderStretches, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.AQMECTDrops, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
 		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.UplinkEvents, s.ControlTxBytes, s.ControlTxPackets, s.ControlLoopLate, s.FallbackDirect, s.FallbackTransitions,
 		s.DataUsed, s.DataCap, s.DataCapReached, s.DataPeriodEnd,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/aggd/aggd/internal/auth"
 	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/cookie"
 	"github.com/aggd/aggd/internal/handshake"
 	"github.com/aggd/aggd/internal/metrics"
 	"github.com/aggd/aggd/internal/wire"
@@ -105,6 +106,26 @@ type CPE struct {
 	keyID     uint8
 	hsSent    time.Time
 	lastHS    time.Time
+
+	// The headend's cookie replies (package cookie), handled on the uplinks' read
+	// loops: under cookieMu, not hsMu, which a handshake's Finish holds for long.
+	opener   *cookie.Opener
+	cookieMu sync.Mutex
+	lastInit sentInit
+	cookies  []heldCookie // by uplink index
+}
+
+// sentInit is the INIT of the handshake in progress, for sending it again with a mac2.
+type sentInit struct {
+	keyID  uint8
+	body   []byte
+	resent []bool // by uplink index: sent again with a cookie already
+}
+
+// heldCookie is the last cookie the headend sent for an uplink's address.
+type heldCookie struct {
+	cookie cookie.Cookie
+	at     time.Time
 }
 
 // NewCPE opens one socket per uplink, bound to its interface and source address.
@@ -114,6 +135,7 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 		macH: auth.MacKey(cfg.HeadendKey), macL: auth.MacKey(cfg.Local.Public()),
 		localIndex: randomIndex(), started: clock.Nanos(),
 		hsSlot: make(chan struct{}, 1), announceNow: make(chan struct{}, 1),
+		opener: cookie.NewOpener(cfg.HeadendKey),
 	}
 	for _, u := range cfg.Uplinks {
 		uc, err := c.openUplink(u)
@@ -126,6 +148,7 @@ func NewCPE(cfg CPEConfig, tun Packet, m *metrics.Set, log *slog.Logger) (*CPE, 
 		c.tuning = append(c.tuning, tuning(u.Spec))
 		c.capReached = append(c.capReached, false)
 	}
+	c.cookies = make([]heldCookie, len(c.conns))
 	m.PeerSession.WithLabelValues(cfg.Session.Peer).Set(0)
 	return c, nil
 }
@@ -252,29 +275,95 @@ func (c *CPE) maybeHandshake(now time.Time) {
 	}
 	c.pending, c.pendingID, c.hsSent = init, c.keyID+1, now
 	body := wire.HandshakeBody{SenderIndex: c.localIndex, Noise: msg}.Append(nil)
+	c.cookieMu.Lock()
+	defer c.cookieMu.Unlock()
+	c.lastInit = sentInit{keyID: c.pendingID, body: body, resent: make([]bool, len(c.conns))}
 	// The same INIT goes out on every uplink: whichever reaches the headend first wins
-	// (the others are rejected there as replays), so one working link suffices.
-	for i, u := range c.conns {
-		if u.standIn.Load() {
-			continue // not bound to its uplink yet: nothing it sends could arrive
-		}
-		conn := u.get()
-		pkt := make([]byte, wire.HeaderLen+len(body))
-		h := wire.Header{Type: wire.TypeHandshakeInit, LinkID: c.cfg.Uplinks[i].Spec.ID, KeyID: c.pendingID, Timestamp: clock.Micros32(clock.Nanos())}
-		h.Put(pkt)
-		copy(pkt[wire.HeaderLen:], body)
-		auth.Seal(c.macH, pkt)
-		if _, err := conn.WriteToUDPAddrPort(pkt, c.cfg.Uplinks[i].Endpoint); err != nil {
-			c.log.Debug("handshake init not sent", "link", c.cfg.Uplinks[i].Spec.Name, "err", err)
-		}
+	// (it drops the others as copies), so one working link suffices.
+	for i := range c.conns {
+		c.sendInit(i, now)
 	}
 	c.log.Debug("handshake init sent", "key_id", c.pendingID)
+}
+
+// sendInit sends lastInit on uplink i, with a mac2 if the uplink holds a cookie young
+// enough. Under cookieMu.
+func (c *CPE) sendInit(i int, now time.Time) {
+	u := c.conns[i]
+	if u.standIn.Load() {
+		return // not bound to its uplink yet: nothing it sends could arrive
+	}
+	body, held := c.lastInit.body, c.cookies[i]
+	h := wire.Header{Type: wire.TypeHandshakeInit, LinkID: c.cfg.Uplinks[i].Spec.ID, KeyID: c.lastInit.keyID, Timestamp: clock.Micros32(clock.Nanos())}
+	n := wire.HeaderLen + len(body)
+	withMac2 := !held.at.IsZero() && now.Sub(held.at) < cookie.Lifetime
+	if withMac2 {
+		h.Flags |= wire.FlagMac2
+		n += wire.Mac2Len
+	}
+	pkt := make([]byte, n)
+	h.Put(pkt)
+	copy(pkt[wire.HeaderLen:], body)
+	if withMac2 {
+		cookie.PutMac2(held.cookie, pkt) // before the tag, which covers it
+	}
+	auth.Seal(c.macH, pkt)
+	if _, err := u.get().WriteToUDPAddrPort(pkt, c.cfg.Uplinks[i].Endpoint); err != nil {
+		c.log.Debug("handshake init not sent", "link", c.cfg.Uplinks[i].Spec.Name, "err", err)
+	}
+}
+
+// onCookieReply takes the cookie a headend under load sent for an uplink's address
+// instead of answering its INIT, and sends that INIT again on the uplink with a mac2,
+// once: the headend answers those on the uplink's own limit.
+func (c *CPE) onCookieReply(h *wire.Header, pkt []byte) {
+	msg, r := openSessionless(c.macH, pkt) // the headend tags it with its own mac key
+	if r != wire.ReasonNone {
+		c.drop(r)
+		return
+	}
+	i := c.uplinkIndex(h.LinkID)
+	c.cookieMu.Lock()
+	defer c.cookieMu.Unlock()
+	sent := &c.lastInit
+	if i < 0 || sent.body == nil || h.Session != c.localIndex || h.KeyID != sent.keyID {
+		c.drop(wire.ReasonUnknownSession) // not for the handshake in progress
+		return
+	}
+	ck, err := c.opener.Open(msg.Body.(wire.CookieReplyBody), sent.body[wire.SenderIndexLen:][:cookie.EphemeralLen])
+	if err != nil {
+		c.drop(wire.ReasonBadTag)
+		return
+	}
+	now := time.Now()
+	c.cookies[i] = heldCookie{cookie: ck, at: now}
+	c.m.CookieReplies.WithLabelValues("received").Inc()
+	if sent.resent[i] {
+		return // the headend refused the INIT with the cookie too: the next retry has it
+	}
+	sent.resent[i] = true
+	c.log.Info("headend under handshake load: sending the INIT again with its cookie", "link", c.cfg.Uplinks[i].Spec.Name)
+	c.sendInit(i, now)
+}
+
+// uplinkIndex is the index of the uplink with link id id, or -1.
+func (c *CPE) uplinkIndex(id uint8) int {
+	for i, u := range c.cfg.Uplinks {
+		if u.Spec.ID == id {
+			return i
+		}
+	}
+	return -1
 }
 
 func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort, rxStamp int64) {
 	h, err := parseDatagram(pkt)
 	if err != nil {
 		c.drop(wire.ReasonOf(err))
+		return
+	}
+	if h.Type == wire.TypeCookieReply {
+		c.onCookieReply(&h, pkt)
 		return
 	}
 	if h.Type == wire.TypeHandshakeResp {
@@ -307,13 +396,9 @@ func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort, rxStamp int64) {
 }
 
 func (c *CPE) onResponse(h *wire.Header, pkt []byte) {
-	if !auth.Verify(c.macL, pkt) {
-		c.drop(wire.ReasonBadTag)
-		return
-	}
-	msg, err := wire.Parse(pkt)
-	if err != nil {
-		c.drop(wire.ReasonOf(err))
+	msg, r := openSessionless(c.macL, pkt)
+	if r != wire.ReasonNone {
+		c.drop(r)
 		return
 	}
 	body := msg.Body.(wire.HandshakeBody)
@@ -330,6 +415,9 @@ func (c *CPE) onResponse(h *wire.Header, pkt []byte) {
 		return
 	}
 	c.pending = nil
+	c.cookieMu.Lock()
+	c.lastInit = sentInit{} // a late cookie reply has nothing to send again
+	c.cookieMu.Unlock()
 	c.keyID = c.pendingID
 	c.lastHS = time.Now()
 	c.lastHeard.Store(clock.Nanos())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aggd/aggd/internal/auth"
 	"github.com/aggd/aggd/internal/clock"
+	"github.com/aggd/aggd/internal/cookie"
 	"github.com/aggd/aggd/internal/handshake"
 	"github.com/aggd/aggd/internal/metrics"
 	"github.com/aggd/aggd/internal/wire"
@@ -45,6 +46,11 @@ type Headend struct {
 	resp *handshake.Responder
 	mac  auth.Key
 	hsRL tokenBucket
+	// cookies and bySource take over from hsRL when it is spent (a flood, or a restart's
+	// herd): an INIT then gets a cookie reply, and one with a mac2 from that cookie is
+	// limited by its source alone.
+	cookies  *cookie.Minter
+	bySource sourceLimits
 	// inits recognises the copies of an INIT that the CPE sent on its other uplinks.
 	inits initCopies
 	// hsQueue holds the INITs let through, for answerInits: a second of them at the
@@ -69,6 +75,7 @@ func NewHeadend(cfg HeadendConfig, tun Packet, m *metrics.Set, log *slog.Logger)
 	h := &Headend{
 		cfg: cfg, tun: tun, m: m, log: log.With("role", "headend"), conn: conn,
 		mac:     auth.MacKey(cfg.Local.Public()),
+		cookies: cookie.NewMinter(cfg.Local.Public()),
 		byIndex: make(map[uint32]*Session),
 		byPeer:  make(map[string]*Session),
 	}
@@ -168,13 +175,9 @@ func (h *Headend) onDatagram(pkt []byte, from netip.AddrPort, rxStamp int64) {
 
 // onInit answers a CPE's handshake: a new session, or new keys for the existing one.
 func (h *Headend) onInit(hdr *wire.Header, pkt []byte, from netip.AddrPort) {
-	if !auth.Verify(h.mac, pkt) {
-		h.drop(wire.ReasonBadTag)
-		return
-	}
-	msg, err := wire.Parse(pkt)
-	if err != nil {
-		h.drop(wire.ReasonOf(err))
+	msg, r := openSessionless(h.mac, pkt)
+	if r != wire.ReasonNone {
+		h.drop(r)
 		return
 	}
 	body := msg.Body.(wire.HandshakeBody)
@@ -183,7 +186,17 @@ func (h *Headend) onInit(hdr *wire.Header, pkt []byte, from netip.AddrPort) {
 		h.log.Debug("handshake init: a copy, from another uplink, of one already answered", "from", from)
 		return
 	}
-	if !h.hsRL.allow(now) {
+	switch {
+	case hdr.HasMac2() && h.cookies.CheckMac2(from, pkt, now):
+		// The sender proved it receives at its address: it is limited by that alone,
+		// not by the shared limit a flood from forged addresses may have spent.
+		if !h.bySource.allow(from.Addr(), now) {
+			h.drop(wire.ReasonRateLimited)
+			return
+		}
+	case !h.hsRL.allow(now):
+		// Under load: no Curve25519 work for an unproven sender, a cookie instead.
+		h.sendCookie(hdr, body, from, now)
 		h.drop(wire.ReasonRateLimited)
 		return
 	}
@@ -197,6 +210,28 @@ func (h *Headend) onInit(hdr *wire.Header, pkt []byte, from netip.AddrPort) {
 	default:
 		h.drop(wire.ReasonRateLimited)
 	}
+}
+
+// sendCookie answers an INIT the rate limit refused with a COOKIE_REPLY, for the CPE to
+// send it again with a mac2. The reply is smaller than the INIT: a flood from forged
+// addresses cannot use the headend to amplify.
+func (h *Headend) sendCookie(hdr *wire.Header, body wire.HandshakeBody, from netip.AddrPort, now time.Time) {
+	if len(body.Noise) < cookie.EphemeralLen {
+		return // wire.Parse let no such INIT through
+	}
+	reply := h.cookies.Reply(from, body.Noise[:cookie.EphemeralLen], now)
+	out := make([]byte, wire.HeaderLen+wire.CookieReplyLen)
+	rh := wire.Header{Type: wire.TypeCookieReply, LinkID: hdr.LinkID, KeyID: hdr.KeyID, Session: body.SenderIndex, Timestamp: clock.Micros32(clock.Nanos())}
+	rh.Put(out)
+	reply.Append(out[:wire.HeaderLen])
+	// Tagged with our own mac key: the CPE's static key is inside the INIT, behind
+	// the Curve25519 work this reply is there to avoid.
+	auth.Seal(h.mac, out)
+	if _, err := h.conn.WriteToUDPAddrPort(out, from); err != nil {
+		h.log.Debug("cookie reply not sent", "to", from, "err", err)
+		return
+	}
+	h.m.CookieReplies.WithLabelValues("sent").Inc()
 }
 
 // pendingInit is an INIT waiting for the responder.
@@ -315,6 +350,21 @@ func (h *Headend) deliver(pkt []byte) {
 }
 
 func (h *Headend) drop(r wire.Reason) { h.m.Drops.WithLabelValues(r.String()).Inc() }
+
+// openSessionless checks the tag of a message sent before there is a session (a
+// handshake message or a cookie reply, tagged with a mac key), then parses it: the
+// message, or why it is dropped. The tag comes first: it is what stops a stranger's
+// packet before any more work.
+func openSessionless(mac auth.Key, pkt []byte) (wire.Message, wire.Reason) {
+	if !auth.Verify(mac, pkt) {
+		return wire.Message{}, wire.ReasonBadTag
+	}
+	msg, err := wire.Parse(pkt)
+	if err != nil {
+		return wire.Message{}, wire.ReasonOf(err)
+	}
+	return msg, wire.ReasonNone
+}
 
 // tokenBucket limits handshake processing, the one expensive thing an unauthenticated
 // sender who knows our public key can make us do.

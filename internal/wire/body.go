@@ -39,19 +39,22 @@ const (
 
 // HandshakeBody is the body of HANDSHAKE_INIT and HANDSHAKE_RESP: the index the
 // sender chose for this session (the peer puts it in the Session field of every packet
-// it sends back) and the Noise message.
+// it sends back) and the Noise message; an INIT with FlagMac2 then has its mac2
+// (Mac2Len bytes, cookie.go).
 type HandshakeBody struct {
 	SenderIndex uint32
 	Noise       []byte
+	Mac2        []byte // nil unless the header has FlagMac2
 }
 
 func (b HandshakeBody) Append(dst []byte) []byte {
 	dst = binary.BigEndian.AppendUint32(dst, b.SenderIndex)
-	return append(dst, b.Noise...)
+	dst = append(dst, b.Noise...)
+	return append(dst, b.Mac2...)
 }
 
 func (b HandshakeBody) Marshal() []byte {
-	return b.Append(make([]byte, 0, SenderIndexLen+len(b.Noise)))
+	return b.Append(make([]byte, 0, SenderIndexLen+len(b.Noise)+len(b.Mac2)))
 }
 
 // ParseHandshakeInit decodes a HANDSHAKE_INIT body. The Noise message may be longer

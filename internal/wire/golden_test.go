@@ -165,6 +165,19 @@ func goldenSpecs() []spec {
 	respHdr := wire.Header{Type: wire.TypeHandshakeResp, LinkID: 1, Session: 0xcafe0001, Timestamp: 2000}
 	hsResp := sealed(auth.MacKey(*cpePub), respHdr, respBody.Marshal())
 
+	// A cookie reply is tagged with the mac key of its sender, the headend: the CPE's
+	// static key is not known before the responder's work, which the reply avoids.
+	initMac2Hdr := initHdr
+	initMac2Hdr.Flags = wire.FlagMac2
+	initMac2Body := initBody
+	initMac2Body.Mac2 = pattern(wire.Mac2Len, 0xe0)
+	hsInitMac2 := sealed(auth.MacKey(*headendPub), initMac2Hdr, initMac2Body.Marshal())
+	cookieHdr := wire.Header{Type: wire.TypeCookieReply, LinkID: 1, KeyID: 1, Session: 0xcafe0001, Timestamp: 3000}
+	var cookieBody wire.CookieReplyBody
+	copy(cookieBody.Nonce[:], pattern(wire.CookieNonceLen, 0xa0))
+	copy(cookieBody.Sealed[:], pattern(wire.CookieSealedLen, 0xc0))
+	cookieReply := sealed(auth.MacKey(*headendPub), cookieHdr, cookieBody.Marshal())
+
 	ctrlHdr := func(t wire.Type) wire.Header {
 		return wire.Header{Type: t, LinkID: 1, KeyID: 1, Session: 0x11223344, Timestamp: 0x01020304}
 	}
@@ -218,6 +231,8 @@ func goldenSpecs() []spec {
 		{name: "handshake_init_longer_noise", key: auth.MacKey(*headendPub), pub: headendPub,
 			pkt: sealed(auth.MacKey(*headendPub), initHdr, wire.HandshakeBody{SenderIndex: 1, Noise: pattern(wire.HandshakeInitNoiseMin+20, 0x33)}.Marshal())},
 		{name: "handshake_resp_mac_key", key: auth.MacKey(*cpePub), pub: cpePub, pkt: hsResp},
+		{name: "handshake_init_mac2", key: auth.MacKey(*headendPub), pub: headendPub, pkt: hsInitMac2},
+		{name: "cookie_reply", key: auth.MacKey(*headendPub), pub: headendPub, pkt: cookieReply},
 		{name: "probe", key: ctrlKey, pkt: probe},
 		{name: "probe_reply", key: ctrlKey, pkt: probeReply},
 		{name: "probe_train_1372", key: ctrlKey, pkt: trainProbe},
@@ -240,6 +255,9 @@ func goldenSpecs() []spec {
 		// Type 10 was bad_type before REPAIR_REQUEST: a probe's body under type 10 is now
 		// a REPAIR_REQUEST body that ends inside its count.
 		{name: "type_10_is_repair_request", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x1a)), reason: wire.ReasonBadLength},
+		// Type 11 was bad_type before COOKIE_REPLY: a probe's body under type 11 is now a
+		// COOKIE_REPLY body of the wrong length.
+		{name: "type_11_is_cookie_reply", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x1b)), reason: wire.ReasonBadLength},
 
 		// Bad tags.
 		{name: "bad_tag_bit_flipped", key: sipPaperKey, pkt: mutate(dataV4, func(b []byte) { b[27] ^= 0x01 }), reason: wire.ReasonBadTag},
@@ -254,10 +272,13 @@ func goldenSpecs() []spec {
 		{name: "bad_version_2", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(0, 0x21)), reason: wire.ReasonBadVersion},
 		{name: "bad_version_0", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(0, 0x01)), reason: wire.ReasonBadVersion},
 		{name: "bad_type_0", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x10)), reason: wire.ReasonBadType},
-		{name: "bad_type_11", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x1b)), reason: wire.ReasonBadType},
+		{name: "bad_type_12", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x1c)), reason: wire.ReasonBadType},
 		{name: "bad_type_15", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x1f)), reason: wire.ReasonBadType},
 		{name: "bad_flags_0x02", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(1, 0x02)), reason: wire.ReasonBadFlags},
 		{name: "bad_flags_0x81", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(1, 0x81)), reason: wire.ReasonBadFlags},
+		// The mac2 flag is defined for HANDSHAKE_INIT only.
+		{name: "bad_flags_mac2_on_handshake_resp", key: auth.MacKey(*cpePub), pub: cpePub, pkt: resealed(auth.MacKey(*cpePub), hsResp, setByte(1, wire.FlagMac2)), reason: wire.ReasonBadFlags},
+		{name: "bad_flags_mac2_on_cookie_reply", key: auth.MacKey(*headendPub), pub: headendPub, pkt: resealed(auth.MacKey(*headendPub), cookieReply, setByte(1, wire.FlagMac2)), reason: wire.ReasonBadFlags},
 		// A bad version wins over a bad type and bad flags: the check order is fixed.
 		{name: "bad_version_type_and_flags", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, func(b []byte) []byte { b[0], b[1] = 0xf0, 0xff; return b }), reason: wire.ReasonBadVersion},
 
@@ -270,6 +291,10 @@ func goldenSpecs() []spec {
 		{name: "bad_body_data_ipv4_ihl_4", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(wire.HeaderLen, 0x44)), reason: wire.ReasonBadBody},
 		{name: "bad_length_handshake_init_short", key: auth.MacKey(*headendPub), pub: headendPub, pkt: resealed(auth.MacKey(*headendPub), hsInit, cut(len(hsInit)-1)), reason: wire.ReasonBadLength},
 		{name: "bad_length_handshake_resp_short", key: auth.MacKey(*cpePub), pub: cpePub, pkt: resealed(auth.MacKey(*cpePub), hsResp, cut(len(hsResp)-1)), reason: wire.ReasonBadLength},
+		// The flag without the mac2's 16 bytes: the body is short of them.
+		{name: "bad_length_handshake_init_mac2_missing", key: auth.MacKey(*headendPub), pub: headendPub, pkt: resealed(auth.MacKey(*headendPub), hsInit, setByte(1, wire.FlagMac2)), reason: wire.ReasonBadLength},
+		{name: "bad_length_cookie_reply_short", key: auth.MacKey(*headendPub), pub: headendPub, pkt: resealed(auth.MacKey(*headendPub), cookieReply, cut(len(cookieReply)-1)), reason: wire.ReasonBadLength},
+		{name: "bad_length_cookie_reply_trailing_byte", key: auth.MacKey(*headendPub), pub: headendPub, pkt: resealed(auth.MacKey(*headendPub), cookieReply, extend(0)), reason: wire.ReasonBadLength},
 		{name: "bad_body_handshake_sender_index_0", key: auth.MacKey(*headendPub), pub: headendPub, pkt: resealed(auth.MacKey(*headendPub), hsInit, zero(wire.HeaderLen, 4)), reason: wire.ReasonBadBody},
 		{name: "bad_length_probe_7", key: ctrlKey, pkt: resealed(ctrlKey, probe, cut(len(probe)-1)), reason: wire.ReasonBadLength},
 		{name: "bad_body_probe_padding_not_zero", key: ctrlKey, pkt: resealed(ctrlKey, trainProbe, setByte(len(trainProbe)-1, 1)), reason: wire.ReasonBadBody},

@@ -65,6 +65,7 @@ const (
 	TypeLinkParams    Type = 8
 	TypeLinkNames     Type = 9
 	TypeRepairRequest Type = 10
+	TypeCookieReply   Type = 11
 )
 
 var typeNames = [...]string{
@@ -78,10 +79,11 @@ var typeNames = [...]string{
 	TypeLinkParams:    "link_params",
 	TypeLinkNames:     "link_names",
 	TypeRepairRequest: "repair_request",
+	TypeCookieReply:   "cookie_reply",
 }
 
 // Valid reports whether t is a type version 1 defines.
-func (t Type) Valid() bool { return t >= TypeData && t <= TypeRepairRequest }
+func (t Type) Valid() bool { return t >= TypeData && t <= TypeCookieReply }
 
 // String gives the snake_case name (suitable as a metric label).
 func (t Type) String() string {
@@ -94,8 +96,13 @@ func (t Type) String() string {
 // FlagDuplicate marks a redundant copy of a packet that was also sent on another link.
 const FlagDuplicate uint8 = 0x01
 
+// FlagMac2 marks a HANDSHAKE_INIT whose body ends with a mac2: proof, from a cookie the
+// headend sent to this source address, that the sender really is there (package cookie).
+// On any other type it is bad_flags.
+const FlagMac2 uint8 = 0x02
+
 // knownFlags are the flag bits version 1 defines; any other bit set is bad_flags.
-const knownFlags = FlagDuplicate
+const knownFlags = FlagDuplicate | FlagMac2
 
 // Header is the fixed 28-byte aggd header. Tag is carried as is: Put writes it and
 // ParseHeader reads it, but computing and checking it is package auth's job.
@@ -157,6 +164,9 @@ func ParseHeader(b []byte) (Header, error) {
 	if flags&^knownFlags != 0 {
 		return Header{}, errorf(ReasonBadFlags, "flags %#02x have undefined bits set", flags)
 	}
+	if flags&FlagMac2 != 0 && t != TypeHandshakeInit {
+		return Header{}, errorf(ReasonBadFlags, "the mac2 flag is set on a %s (only a handshake_init carries a mac2)", t)
+	}
 	return Header{
 		Type:      t,
 		Flags:     flags,
@@ -172,3 +182,6 @@ func ParseHeader(b []byte) (Header, error) {
 
 // Duplicate reports whether the header carries FlagDuplicate.
 func (h *Header) Duplicate() bool { return h.Flags&FlagDuplicate != 0 }
+
+// HasMac2 reports whether the header carries FlagMac2.
+func (h *Header) HasMac2() bool { return h.Flags&FlagMac2 != 0 }

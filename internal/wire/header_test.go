@@ -64,9 +64,10 @@ func TestParseHeaderRejects(t *testing.T) {
 		{"version 2", with(0, 0x21), ReasonBadVersion},
 		{"version 15", with(0, 0xf1), ReasonBadVersion},
 		{"type 0", with(0, 0x10), ReasonBadType},
-		{"type 11", with(0, 0x1b), ReasonBadType},
+		{"type 12", with(0, 0x1c), ReasonBadType},
 		{"type 15", with(0, 0x1f), ReasonBadType},
-		{"flag 0x02", with(1, 0x02), ReasonBadFlags},
+		{"flag 0x02 (mac2) on a data", with(1, 0x02), ReasonBadFlags},
+		{"flag 0x04", with(1, 0x04), ReasonBadFlags},
 		{"flag 0x80", with(1, 0x80), ReasonBadFlags},
 		{"version checked before type", with(0, 0x20), ReasonBadVersion},
 	}
@@ -99,14 +100,14 @@ func TestTypeString(t *testing.T) {
 	if TypeFeedback.String() != "feedback" || TypeHandshakeInit.String() != "handshake_init" || TypeLinkParams.String() != "link_params" {
 		t.Errorf("names: %s, %s, %s", TypeFeedback, TypeHandshakeInit, TypeLinkParams)
 	}
-	if !TypeRepairRequest.Valid() || Type(11).Valid() || Type(0).Valid() {
-		t.Errorf("Valid: repair_request %v, 11 %v, 0 %v", TypeRepairRequest.Valid(), Type(11).Valid(), Type(0).Valid())
+	if !TypeCookieReply.Valid() || Type(12).Valid() || Type(0).Valid() {
+		t.Errorf("Valid: cookie_reply %v, 12 %v, 0 %v", TypeCookieReply.Valid(), Type(12).Valid(), Type(0).Valid())
 	}
-	if TypeLinkNames.String() != "link_names" || TypeRepairRequest.String() != "repair_request" {
-		t.Errorf("types 9 and 10 print as %q and %q", TypeLinkNames, TypeRepairRequest)
+	if TypeLinkNames.String() != "link_names" || TypeRepairRequest.String() != "repair_request" || TypeCookieReply.String() != "cookie_reply" {
+		t.Errorf("types 9, 10 and 11 print as %q, %q and %q", TypeLinkNames, TypeRepairRequest, TypeCookieReply)
 	}
-	if Type(11).String() != "type(11)" {
-		t.Errorf("undefined type prints as %q", Type(11))
+	if Type(12).String() != "type(12)" {
+		t.Errorf("undefined type prints as %q", Type(12))
 	}
 }
 

@@ -2,7 +2,7 @@ package wire
 
 // Body is a decoded message body: Data for DATA, HandshakeBody for both handshake
 // types, and ProbeBody, ProbeReplyBody, FeedbackBody, LossNoticeBody, LinkParamsBody
-// LinkNamesBody or RepairRequestBody.
+// LinkNamesBody, RepairRequestBody or CookieReplyBody.
 // Receivers type-switch on it; Append encodes it.
 type Body interface {
 	Append(dst []byte) []byte
@@ -29,21 +29,24 @@ func Parse(b []byte) (Message, error) {
 	if err != nil {
 		return Message{}, err
 	}
-	body, err := parseBody(h.Type, b[HeaderLen:])
+	body, err := parseBody(&h, b[HeaderLen:])
 	if err != nil {
 		return Message{}, err
 	}
 	return Message{Header: h, Body: body}, nil
 }
 
-func parseBody(t Type, b []byte) (Body, error) {
-	switch t {
+func parseBody(h *Header, b []byte) (Body, error) {
+	switch t := h.Type; t {
 	case TypeData:
 		if err := CheckData(b); err != nil {
 			return nil, err
 		}
 		return Data(b), nil
 	case TypeHandshakeInit:
+		if h.HasMac2() {
+			return asBody(ParseHandshakeInitMac2(b))
+		}
 		return asBody(ParseHandshakeInit(b))
 	case TypeHandshakeResp:
 		return asBody(ParseHandshakeResp(b))
@@ -61,9 +64,11 @@ func parseBody(t Type, b []byte) (Body, error) {
 		return asBody(ParseLinkNames(b))
 	case TypeRepairRequest:
 		return asBody(ParseRepairRequest(b))
+	case TypeCookieReply:
+		return asBody(ParseCookieReply(b))
 	}
 	// ParseHeader has already rejected every other type.
-	return nil, errorf(ReasonBadType, "message type %d is not defined", uint8(t))
+	return nil, errorf(ReasonBadType, "message type %d is not defined", uint8(h.Type))
 }
 
 // asBody turns a typed parse result into a Body, keeping a failed parse's nil.

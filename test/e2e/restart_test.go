@@ -100,7 +100,7 @@ func TestFastPathSurvivesDaemonKill(t *testing.T) {
 
 func killCPE(t *testing.T, b *bond) { t.Helper(); kill(t, b.cpe) }
 
-func kill(t *testing.T, p *testnet.Proc) {
+func kill(t testing.TB, p *testnet.Proc) {
 	t.Helper()
 	if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)

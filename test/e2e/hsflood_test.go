@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/auth"
+	"github.com/aggd/aggd/internal/handshake"
+	"github.com/aggd/aggd/internal/testnet"
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// floodRate is the handshake flood of the tests below, in INITs a second: fifty times
+// the headend's handshake rate limit (100 a second).
+const floodRate = 5000
+
+// TestCPEReconnectsDuringHandshakeFlood restarts the CPE's daemon while someone who
+// knows the headend's public key floods it with INITs (random Noise messages: no
+// Curve25519 work for the flooder, two for the headend's responder each). The flood
+// spends the headend's handshake rate limit, so the headend answers INITs with cookie
+// replies; the restarted CPE sends its INIT again with the mac2, which the headend
+// answers on the CPE's own source limit. Checked, with both XDP shields in place (they
+// must pass the cookie reply and the INIT with a mac2): the bond comes back while the
+// flood goes on, the headend sent cookie replies and the CPE used one, and the
+// responder saw no more of the flood than the rate limit lets through.
+func TestCPEReconnectsDuringHandshakeFlood(t *testing.T) {
+	n := newTopology(t)
+	b := startBond(t, n)
+	r := reconnectDuringFlood(t, n, b, floodRate)
+	t.Logf("flood of %d INITs a second: the bond was back %.2f s after the CPE's daemon started; the headend sent %.0f cookie replies, the CPE used %.0f",
+		floodRate, r.Back.Seconds(), r.CookiesSent, r.CookiesUsed)
+	if r.CookiesUsed < 1 {
+		t.Errorf("the CPE reconnected without a cookie (%v received): the flood did not spend the rate limit, and this test shows nothing", r.CookiesUsed)
+	}
+	if r.CookiesSent < float64(floodRate) {
+		t.Errorf("the headend sent %v cookie replies during a flood of %d INITs a second for over a second", r.CookiesSent, floodRate)
+	}
+	// Every flood INIT that reaches the responder is refused there (handshake_failed):
+	// at most the limit's 100 a second, plus its burst of 100.
+	if most := 100*r.Flooded.Seconds() + 100 + 10; r.Refused > most {
+		t.Errorf("the responder refused %v of the flood's INITs in %.1f s, want at most %.0f: the rate limit did not hold", r.Refused, r.Flooded.Seconds(), most)
+	}
+	if _, err := b.Try("lan", "ping", "-c3", "-i0.2", "-W1", server); err != nil {
+		t.Errorf("no ping through the bond after the flood: %v", err)
+	}
+}
+
+// floodResult is what reconnectDuringFlood saw.
+type floodResult struct {
+	Back        time.Duration // from the CPE's daemon starting to the bond working
+	Flooded     time.Duration // how long the flood ran
+	Sent        int64         // the flood's INITs
+	CookiesSent float64       // by the headend
+	CookiesUsed float64       // received by the CPE
+	Refused     float64       // flood INITs the headend's responder refused
+}
+
+// reconnectDuringFlood kills the CPE's daemon, floods the headend with INITs at rate
+// a second for a second, starts the CPE's daemon again and waits for the bond, and
+// stops the flood.
+func reconnectDuringFlood(t testing.TB, n *testnet.Net, b *bond, rate int) floodResult {
+	t.Helper()
+	kill(t, b.cpe)
+	refused := b.metricOr0("hub", `aggd_drops_total{reason="handshake_failed"}`)
+	cookies := b.metricOr0("hub", `aggd_handshake_cookie_replies_total{direction="sent"}`)
+	stop := make(chan struct{})
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	end := func() { once.Do(func() { close(stop); wg.Wait() }) }
+	t.Cleanup(end) // if the test stops early
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := floodInits(n, readPublicKeyOf(t, filepath.Join(b.dir, "hub.key")), rate, stop, &sent); err != nil {
+			t.Errorf("flood: %v", err)
+		}
+	}()
+	began := time.Now()
+	time.Sleep(time.Second)
+	args := append([]string{aggdBinary, "cpe", "--config", filepath.Join(b.dir, "cpe.yaml")}, strings.Fields(os.Getenv("AGGD_E2E_DAEMON_ARGS"))...)
+	started := time.Now()
+	b.cpe = b.Start("cpe", filepath.Join(b.dir, "cpe-after-flood.log"), args...)
+	b.waitReady(t)
+	back := time.Since(started)
+	end()
+	return floodResult{
+		Back: back, Flooded: time.Since(began), Sent: sent.Load(),
+		CookiesSent: b.metricOr0("hub", `aggd_handshake_cookie_replies_total{direction="sent"}`) - cookies,
+		CookiesUsed: b.metricOr0("cpe", `aggd_handshake_cookie_replies_total{direction="received"}`),
+		Refused:     b.metricOr0("hub", `aggd_drops_total{reason="handshake_failed"}`) - refused,
+	}
+}
+
+// floodInits sends INITs that pass the headend's mac check, with random bytes for a
+// Noise message, from the CPE's namespace (uplink 3's address, a port of its own) at
+// about rate a second until stop closes. It ignores every answer.
+func floodInits(n *testnet.Net, hubPub handshake.PublicKey, rate int, stop <-chan struct{}, sent *atomic.Int64) error {
+	return n.Do("cpe", func() error {
+		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.98.3.2")}, &net.UDPAddr{IP: net.ParseIP(headendIP), Port: 4242})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		mac := auth.MacKey(hubPub)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return nil
+			case <-tick.C:
+			}
+			for range rate / 100 {
+				noise := make([]byte, wire.HandshakeInitNoiseMin)
+				rand.Read(noise)
+				pkt := (&wire.Header{Type: wire.TypeHandshakeInit, KeyID: 1}).Append(nil)
+				pkt = wire.HandshakeBody{SenderIndex: 0xf100d, Noise: noise}.Append(pkt)
+				auth.Seal(mac, pkt)
+				if _, err := c.Write(pkt); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
+					// (Refused: an ICMP error for an earlier INIT, while the headend
+					// restarts or the test ends. A flooder does not care.)
+					return fmt.Errorf("send: %w", err)
+				}
+				sent.Add(1)
+			}
+		}
+	})
+}
+
+// BenchmarkReconnectDuringFlood measures how long a restarted CPE takes to get its bond
+// back while the headend is flooded with INITs (floodRate a second, as in
+// TestCPEReconnectsDuringHandshakeFlood; AGGD_BENCH_FLOOD_RATE sets another, 0 for
+// none), three times, and writes results/bench/handshake-flood.json.
+// Run: make bench (or: go test -run '^$' -bench ReconnectDuringFlood -benchtime 1x -v ./test/e2e).
+func BenchmarkReconnectDuringFlood(b *testing.B) {
+	rate := floodRate
+	if v := os.Getenv("AGGD_BENCH_FLOOD_RATE"); v != "" {
+		var err error
+		if rate, err = strconv.Atoi(v); err != nil || rate < 0 {
+			b.Fatalf("AGGD_BENCH_FLOOD_RATE=%q: want a number of INITs a second, 0 or more", v)
+		}
+	}
+	n := newTopology(b)
+	bd := startBond(b, n)
+	res := struct {
+		Date      string        `json:"date"`
+		Commit    string        `json:"commit"`
+		FloodRate int           `json:"flood_inits_per_second"`
+		Rounds    []floodResult `json:"rounds"`
+		BackS     []float64     `json:"bond_back_seconds"`
+	}{Date: time.Now().UTC().Format(time.RFC3339), Commit: gitCommit(), FloodRate: rate}
+	for range 3 {
+		r := reconnectDuringFlood(b, n, bd, rate)
+		res.Rounds = append(res.Rounds, r)
+		res.BackS = append(res.BackS, r.Back.Seconds())
+		time.Sleep(2 * time.Second) // the flood's last cookie replies and refusals settle
+	}
+	b.Logf("flood of %d INITs a second: the bond was back %v s after the CPE's daemon started", rate, res.BackS)
+	writeJSON(b, "handshake-flood.json", res)
+}
