@@ -261,6 +261,12 @@ var alertCases = map[string][]alertCase{
 			aggd_session_handshakes_total{instance="hub",peer="unknown",result="rejected"} 0 0 1 1 1 1 1 1 1 1 1
 			aggd_session_handshakes_total{instance="hub",peer="cpe1",result="ok"} 0+5x10`},
 	},
+	"AggdHandshakeFlood": {
+		{fires: true, series: `aggd_handshake_cookie_replies_total{instance="hub",direction="sent"} 0+3000x10`},
+		// A restart's herd: cookie replies for a few seconds, then none.
+		{fires: false, series: `aggd_handshake_cookie_replies_total{instance="hub",direction="sent"} 0 400 400 400 400 400 400 400 400 400 400`},
+		{fires: false, series: `aggd_handshake_cookie_replies_total{instance="cpe",direction="received"} 0+3x10`},
+	},
 	"AggdFallbackDirect": {
 		{fires: true, series: `aggd_fallback_direct{instance="cpe"} 0 1 1 1`},
 		{fires: false, series: `aggd_fallback_direct{instance="cpe"} 0 0 0 1`},
