@@ -200,9 +200,12 @@ func buildDashboard() *dashboard.DashboardBuilder {
 			ReduceOptions(common.NewReduceDataOptionsBuilder().Calcs([]string{"lastNotNull"})).
 			WithTarget(query(`aggd_uplink_data_used_bytes{`+ofDaemon+`} / aggd_uplink_data_cap_bytes{`+ofDaemon+`}`, "{{link}}"))).
 		WithPanel(graph("Handshakes", "Handshakes completed and rejected (a key the other side does not list, or someone "+
-			"knocking: alert AggdHandshakesRejected).", "short",
+			"knocking: alert AggdHandshakesRejected), and cookie replies: sent by a headend whose handshake rate limit is "+
+			"spent, received by a CPE (a flood, or a restart's herd: alert AggdHandshakeFlood).", "short",
 			query(`sum by (peer, result) (increase(aggd_session_handshakes_total{`+ofDaemon+`}[$__rate_interval]))`,
-				"{{peer}} {{result}}")).Span(8))
+				"{{peer}} {{result}}"),
+			query(`sum by (direction) (increase(aggd_handshake_cookie_replies_total{`+ofDaemon+`}[$__rate_interval]))`,
+				"cookie replies {{direction}}")).Span(8))
 	return d
 }
 
