@@ -121,6 +121,15 @@ func FuzzParseRepairRequest(f *testing.F) {
 	fuzzBody(f, seed, ParseRepairRequest, RepairRequestBody.Marshal)
 }
 
+func FuzzParseHandshakeInitMac2(f *testing.F) {
+	seed := HandshakeBody{SenderIndex: 1, Noise: make([]byte, HandshakeInitNoiseMin), Mac2: make([]byte, Mac2Len)}.Marshal()
+	fuzzBody(f, seed, ParseHandshakeInitMac2, HandshakeBody.Marshal)
+}
+
+func FuzzParseCookieReply(f *testing.F) {
+	fuzzBody(f, CookieReplyBody{Nonce: [CookieNonceLen]byte{1}}.Marshal(), ParseCookieReply, CookieReplyBody.Marshal)
+}
+
 func FuzzCheckData(f *testing.F) {
 	f.Add(ipv4Packet(20))
 	f.Add(ipv6Packet(0))

@@ -20,8 +20,12 @@ func sampleMessages() []Message {
 		{hdr(TypeLinkParams), LinkParamsBody{Counter: 5, Links: []LinkParam{{LinkID: 0, Class: LinkClassOverflow, RateBps: 50_000_000}}}},
 		{hdr(TypeLinkNames), LinkNamesBody{Counter: 6, Links: []LinkName{{LinkID: 0, Name: "dsl"}, {LinkID: 4, Name: "lte"}}}},
 		{hdr(TypeRepairRequest), RepairRequestBody{Counter: 7, Gaps: []LinkSeqRange{{LinkID: 2, Count: 3, Start: 0xfffffffe}}}},
+		{withFlags(hdr(TypeHandshakeInit), FlagMac2), HandshakeBody{SenderIndex: 9, Noise: make([]byte, HandshakeInitNoiseMin), Mac2: make([]byte, Mac2Len)}},
+		{hdr(TypeCookieReply), CookieReplyBody{Nonce: [CookieNonceLen]byte{1}, Sealed: [CookieSealedLen]byte{2}}},
 	}
 }
+
+func withFlags(h Header, flags uint8) Header { h.Flags = flags; return h }
 
 func TestParseDispatchesByType(t *testing.T) {
 	for _, want := range sampleMessages() {
@@ -41,7 +45,8 @@ func TestParseDispatchesByType(t *testing.T) {
 
 func TestMessageCounter(t *testing.T) {
 	want := map[Type]uint64{TypeData: 0, TypeHandshakeInit: 0, TypeHandshakeResp: 0,
-		TypeProbe: 1, TypeProbeReply: 2, TypeFeedback: 3, TypeLossNotice: 4, TypeLinkParams: 5, TypeLinkNames: 6, TypeRepairRequest: 7}
+		TypeProbe: 1, TypeProbeReply: 2, TypeFeedback: 3, TypeLossNotice: 4, TypeLinkParams: 5, TypeLinkNames: 6, TypeRepairRequest: 7,
+		TypeCookieReply: 0}
 	for _, m := range sampleMessages() {
 		if got := m.Counter(); got != want[m.Header.Type] {
 			t.Errorf("%s: Counter() = %d, want %d", m.Header.Type, got, want[m.Header.Type])
