@@ -53,6 +53,8 @@ type Headend struct {
 	bySource sourceLimits
 	// inits recognises the copies of an INIT that the CPE sent on its other uplinks.
 	inits initCopies
+	// hsLog logs the handshake load in summaries, not a line per INIT.
+	hsLog hsLoadLog
 	// hsQueue holds the INITs let through, for answerInits: a second of them at the
 	// rate limit.
 	hsQueue chan pendingInit
@@ -79,6 +81,7 @@ func NewHeadend(cfg HeadendConfig, tun Packet, m *metrics.Set, log *slog.Logger)
 		byIndex: make(map[uint32]*Session),
 		byPeer:  make(map[string]*Session),
 	}
+	h.hsLog.log = h.log
 	ps := newPeerSet(cfg.Peers)
 	h.peers.Store(ps)
 	for name := range ps.byName {
@@ -118,6 +121,7 @@ func (h *Headend) Run(ctx context.Context) error {
 			return nil
 		case now := <-ticker.C:
 			lag.observe(time.Now())
+			h.hsLog.tick(now)
 			h.mu.RLock()
 			sessions := make([]*Session, 0, len(h.byPeer))
 			for _, s := range h.byPeer {
@@ -232,6 +236,7 @@ func (h *Headend) sendCookie(hdr *wire.Header, body wire.HandshakeBody, from net
 		return
 	}
 	h.m.CookieReplies.WithLabelValues("sent").Inc()
+	h.hsLog.cookieSent(now)
 }
 
 // pendingInit is an INIT waiting for the responder.
@@ -260,7 +265,7 @@ func (h *Headend) answer(hdr *wire.Header, body wire.HandshakeBody, from netip.A
 	if err != nil {
 		// The copies of an INIT that the CPE sent on its other uplinks were recognised
 		// above: a replay here is someone else's, or a copy delayed by seconds.
-		h.log.Info("handshake rejected", "from", from, "err", err)
+		h.hsLog.rejected(from, err, time.Now())
 		h.m.Handshakes.WithLabelValues("unknown", "rejected").Inc()
 		h.drop(wire.ReasonHandshakeFailed)
 		return
