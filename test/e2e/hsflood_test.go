@@ -54,6 +54,15 @@ func TestCPEReconnectsDuringHandshakeFlood(t *testing.T) {
 	if _, err := b.Try("lan", "ping", "-c3", "-i0.2", "-W1", server); err != nil {
 		t.Errorf("no ping through the bond after the flood: %v", err)
 	}
+	// The headend says it is answering with cookies, and does not log every refused
+	// INIT: ten a 10-s window one by one (the flood lasted one window), then a count.
+	hubLog := filepath.Join(b.dir, "hub.log")
+	if logCount(hubLog, "handshake rate limit spent") != 1 {
+		t.Errorf("the headend's log does not say, once, that it answers INITs with cookie replies")
+	}
+	if n := logCount(hubLog, "handshake rejected"); n > 12 {
+		t.Errorf("the headend logged %d lines of rejected handshakes for %.0f refused in %.1f s: a line per INIT", n, r.Refused, r.Flooded.Seconds())
+	}
 }
 
 // floodResult is what reconnectDuringFlood saw.
