@@ -20,6 +20,11 @@ func Render(w io.Writer, prev, cur *Snapshot) error {
 	if line := fastPathLine(cur); line != "" {
 		b.WriteString(line + "\n")
 	}
+	if prev != nil && cur.CookiesSent > prev.CookiesSent && cur.At.After(prev.At) {
+		fmt.Fprintf(&b, "HANDSHAKE LOAD: answering %.0f INITs a second with cookie replies (more INITs than the rate limit: "+
+			"a flood, or many CPEs at once); CPEs that prove their address with the cookie still connect\n",
+			(cur.CookiesSent-prev.CookiesSent)/cur.At.Sub(prev.At).Seconds())
+	}
 	renderCaps(&b, cur.Caps)
 	if len(cur.Peers) == 0 {
 		// Every peer a daemon knows has an aggd_peer_session series, connected or not.

@@ -91,6 +91,9 @@ type Snapshot struct {
 	FastTx, SlowTx, FastRx, SlowRx float64
 	Peers                          []*Peer // by name
 	Caps                           []*Cap  // the CPE's capped uplinks, by name
+	// CookiesSent counts a headend's cookie replies: INITs it answered so because its
+	// handshake rate limit was spent (a flood, or many CPEs at once).
+	CookiesSent float64
 }
 
 // Cap is a CPE uplink's data cap and what it has used of it in this billing period.
@@ -173,6 +176,11 @@ func Parse(r io.Reader, at time.Time) (*Snapshot, error) {
 	s := &Snapshot{At: at, Version: label(build.GetMetric()[0], "version")}
 	s.Sessions = single(families["aggd_sessions"])
 	s.Fallback = single(families["aggd_fallback_direct"]) == 1
+	for _, m := range families["aggd_handshake_cookie_replies_total"].GetMetric() {
+		if label(m, "direction") == "sent" {
+			s.CookiesSent = value(m)
+		}
+	}
 	for _, m := range families["aggd_fastpath_packets_total"].GetMetric() {
 		v := value(m)
 		fast := label(m, "verdict") == "fast"

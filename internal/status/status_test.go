@@ -180,6 +180,39 @@ aggd_fastpath_packets_total{direction="rx",verdict="drop_old"} 7
 	}
 }
 
+// A headend answering INITs with cookie replies says so, with their rate, when two
+// readings show the count growing; a count that stands still is not load.
+func TestRenderShowsHandshakeLoad(t *testing.T) {
+	reading := func(cookies string, at time.Time) *Snapshot {
+		s, err := Parse(strings.NewReader(`# TYPE aggd_build_info gauge
+aggd_build_info{goversion="go1.26",version="v1"} 1
+# TYPE aggd_handshake_cookie_replies_total counter
+aggd_handshake_cookie_replies_total{direction="received"} 7
+aggd_handshake_cookie_replies_total{direction="sent"} `+cookies+"\n"), at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	t0 := time.Now()
+	render := func(prev, cur *Snapshot) string {
+		var out strings.Builder
+		if err := Render(&out, prev, cur); err != nil {
+			t.Fatal(err)
+		}
+		return out.String()
+	}
+	if out := render(reading("1000", t0), reading("6000", t0.Add(time.Second))); !strings.Contains(out, "HANDSHAKE LOAD: answering 5000 INITs a second") {
+		t.Errorf("a headend sending 5000 cookie replies a second:\n%s", out)
+	}
+	if out := render(reading("6000", t0), reading("6000", t0.Add(time.Second))); strings.Contains(out, "HANDSHAKE LOAD") {
+		t.Errorf("cookie replies that have stopped shown as load:\n%s", out)
+	}
+	if out := render(nil, reading("6000", t0)); strings.Contains(out, "HANDSHAKE LOAD") {
+		t.Errorf("one reading shown as load:\n%s", out)
+	}
+}
+
 func TestParseRefusesOtherMetrics(t *testing.T) {
 	_, err := Parse(strings.NewReader("# TYPE up gauge\nup 1\n"), time.Now())
 	if err == nil || !strings.Contains(err.Error(), "not aggd's metrics") {
