@@ -26,9 +26,6 @@ const (
 	// Lifetime is how long a CPE uses a cookie it got.
 	Lifetime = SecretLifetime
 
-	// EphemeralLen is the length of the INIT's ephemeral key, the reply's additional data.
-	EphemeralLen = 32
-
 	sealLabel = "aggd-cookie-v1"
 )
 

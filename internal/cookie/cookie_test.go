@@ -30,7 +30,7 @@ func initPacket(t *testing.T) []byte {
 }
 
 func ephemeralOf(pkt []byte) []byte {
-	return pkt[wire.HeaderLen+wire.SenderIndexLen:][:EphemeralLen]
+	return pkt[wire.HeaderLen+wire.SenderIndexLen:][:wire.EphemeralKeyLen]
 }
 
 // cookieFor runs the exchange: the headend's reply to an INIT from from, opened by the CPE.
@@ -97,7 +97,7 @@ func TestAReplyOpensOnlyForItsInit(t *testing.T) {
 	m := NewMinter(headendPub)
 	pkt := initPacket(t)
 	reply := m.Reply(cpeAddr, ephemeralOf(pkt), t0)
-	other := make([]byte, EphemeralLen)
+	other := make([]byte, wire.EphemeralKeyLen)
 	if _, err := NewOpener(headendPub).Open(reply, other); !errors.Is(err, ErrReply) {
 		t.Errorf("a reply opens for another INIT's ephemeral key: %v", err)
 	}
@@ -145,7 +145,7 @@ func TestKnownAnswers(t *testing.T) {
 
 func BenchmarkReply(b *testing.B) {
 	m := NewMinter(headendPub)
-	eph := make([]byte, EphemeralLen)
+	eph := make([]byte, wire.EphemeralKeyLen)
 	for b.Loop() {
 		m.Reply(cpeAddr, eph, t0)
 	}

@@ -97,7 +97,7 @@ func (f *flooder) cookieFor() cookie.Cookie {
 		if !auth.Verify(auth.MacKey(f.headend), buf[:n]) {
 			f.t.Fatal("the cookie reply does not carry the headend's mac key's tag")
 		}
-		ephemeral := pkt[wire.HeaderLen+wire.SenderIndexLen:][:cookie.EphemeralLen]
+		ephemeral := pkt[wire.HeaderLen+wire.SenderIndexLen:][:wire.EphemeralKeyLen]
 		c, err := cookie.NewOpener(f.headend).Open(msg.Body.(wire.CookieReplyBody), ephemeral)
 		if err != nil {
 			f.t.Fatalf("the cookie reply does not open: %v", err)
@@ -178,7 +178,7 @@ func TestCPEDropsCookieRepliesNotForItsInit(t *testing.T) {
 	waitFor(t, "the CPE's session", func() bool { return node.c.session.Load() != nil })
 	m := cookie.NewMinter(b.key.Public())
 	reply := func(key auth.Key, session uint32) []byte {
-		body := m.Reply(netip.MustParseAddrPort("127.0.0.1:1"), make([]byte, cookie.EphemeralLen), time.Now())
+		body := m.Reply(netip.MustParseAddrPort("127.0.0.1:1"), make([]byte, wire.EphemeralKeyLen), time.Now())
 		h := wire.Header{Type: wire.TypeCookieReply, KeyID: 1, Session: session}
 		pkt := body.Append(h.Append(nil))
 		auth.Seal(key, pkt)

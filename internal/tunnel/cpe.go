@@ -118,8 +118,8 @@ type CPE struct {
 // sentInit is the INIT of the handshake in progress, for sending it again with a mac2.
 type sentInit struct {
 	keyID  uint8
-	body   []byte
-	resent []bool // by uplink index: sent again with a cookie already
+	body   wire.HandshakeBody // Mac2 nil: sendInit adds one per uplink
+	resent []bool             // by uplink index: sent again with a cookie already
 }
 
 // heldCookie is the last cookie the headend sent for an uplink's address.
@@ -274,7 +274,7 @@ func (c *CPE) maybeHandshake(now time.Time) {
 		return
 	}
 	c.pending, c.pendingID, c.hsSent = init, c.keyID+1, now
-	body := wire.HandshakeBody{SenderIndex: c.localIndex, Noise: msg}.Append(nil)
+	body := wire.HandshakeBody{SenderIndex: c.localIndex, Noise: msg}
 	c.cookieMu.Lock()
 	defer c.cookieMu.Unlock()
 	c.lastInit = sentInit{keyID: c.pendingID, body: body, resent: make([]bool, len(c.conns))}
@@ -295,15 +295,12 @@ func (c *CPE) sendInit(i int, now time.Time) {
 	}
 	body, held := c.lastInit.body, c.cookies[i]
 	h := wire.Header{Type: wire.TypeHandshakeInit, LinkID: c.cfg.Uplinks[i].Spec.ID, KeyID: c.lastInit.keyID, Timestamp: clock.Micros32(clock.Nanos())}
-	n := wire.HeaderLen + len(body)
 	withMac2 := !held.at.IsZero() && now.Sub(held.at) < cookie.Lifetime
 	if withMac2 {
 		h.Flags |= wire.FlagMac2
-		n += wire.Mac2Len
+		body.Mac2 = make([]byte, wire.Mac2Len) // room: PutMac2 fills it
 	}
-	pkt := make([]byte, n)
-	h.Put(pkt)
-	copy(pkt[wire.HeaderLen:], body)
+	pkt := body.Append(h.Append(nil))
 	if withMac2 {
 		cookie.PutMac2(held.cookie, pkt) // before the tag, which covers it
 	}
@@ -326,11 +323,11 @@ func (c *CPE) onCookieReply(h *wire.Header, pkt []byte) {
 	c.cookieMu.Lock()
 	defer c.cookieMu.Unlock()
 	sent := &c.lastInit
-	if i < 0 || sent.body == nil || h.Session != c.localIndex || h.KeyID != sent.keyID {
+	if i < 0 || sent.body.Noise == nil || h.Session != c.localIndex || h.KeyID != sent.keyID {
 		c.drop(wire.ReasonUnknownSession) // not for the handshake in progress
 		return
 	}
-	ck, err := c.opener.Open(msg.Body.(wire.CookieReplyBody), sent.body[wire.SenderIndexLen:][:cookie.EphemeralLen])
+	ck, err := c.opener.Open(msg.Body.(wire.CookieReplyBody), sent.body.Ephemeral())
 	if err != nil {
 		c.drop(wire.ReasonBadTag)
 		return

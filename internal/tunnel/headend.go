@@ -74,14 +74,14 @@ func NewHeadend(cfg HeadendConfig, tun Packet, m *metrics.Set, log *slog.Logger)
 	if err != nil {
 		return nil, err
 	}
+	log = log.With("role", "headend")
 	h := &Headend{
-		cfg: cfg, tun: tun, m: m, log: log.With("role", "headend"), conn: conn,
+		cfg: cfg, tun: tun, m: m, log: log, conn: conn, hsLog: hsLoadLog{log: log},
 		mac:     auth.MacKey(cfg.Local.Public()),
 		cookies: cookie.NewMinter(cfg.Local.Public()),
 		byIndex: make(map[uint32]*Session),
 		byPeer:  make(map[string]*Session),
 	}
-	h.hsLog.log = h.log
 	ps := newPeerSet(cfg.Peers)
 	h.peers.Store(ps)
 	for name := range ps.byName {
@@ -220,10 +220,7 @@ func (h *Headend) onInit(hdr *wire.Header, pkt []byte, from netip.AddrPort) {
 // send it again with a mac2. The reply is smaller than the INIT: a flood from forged
 // addresses cannot use the headend to amplify.
 func (h *Headend) sendCookie(hdr *wire.Header, body wire.HandshakeBody, from netip.AddrPort, now time.Time) {
-	if len(body.Noise) < cookie.EphemeralLen {
-		return // wire.Parse let no such INIT through
-	}
-	reply := h.cookies.Reply(from, body.Noise[:cookie.EphemeralLen], now)
+	reply := h.cookies.Reply(from, body.Ephemeral(), now)
 	out := make([]byte, wire.HeaderLen+wire.CookieReplyLen)
 	rh := wire.Header{Type: wire.TypeCookieReply, LinkID: hdr.LinkID, KeyID: hdr.KeyID, Session: body.SenderIndex, Timestamp: clock.Micros32(clock.Nanos())}
 	rh.Put(out)

@@ -3,6 +3,8 @@ package tunnel
 import (
 	"sync"
 	"time"
+
+	"github.com/aggd/aggd/internal/wire"
 )
 
 // initCopies remembers the handshake INITs a headend has let through its rate limit
@@ -20,7 +22,7 @@ type initCopies struct {
 }
 
 const (
-	initKeyLen = 32 // an X25519 public key
+	initKeyLen = wire.EphemeralKeyLen
 	// initCopiesFor is how long an INIT's copies are recognised: far longer than the
 	// uplinks' delay spread, and than a CPE's retry (1 s), which is a new INIT.
 	initCopiesFor = 5 * time.Second

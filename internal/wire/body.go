@@ -35,6 +35,11 @@ const (
 	// HandshakeRespNoiseMin is the smallest Noise IK message 2: ephemeral key and an
 	// encrypted empty payload.
 	HandshakeRespNoiseMin = noiseKeyLen + noiseTagLen
+
+	// EphemeralKeyLen is the length of the ephemeral public key that starts a Noise
+	// message: new for every INIT, which is how the headend tells an INIT's copies
+	// apart, and what binds a cookie reply to its INIT.
+	EphemeralKeyLen = noiseKeyLen
 )
 
 // HandshakeBody is the body of HANDSHAKE_INIT and HANDSHAKE_RESP: the index the
@@ -56,6 +61,10 @@ func (b HandshakeBody) Append(dst []byte) []byte {
 func (b HandshakeBody) Marshal() []byte {
 	return b.Append(make([]byte, 0, SenderIndexLen+len(b.Noise)+len(b.Mac2)))
 }
+
+// Ephemeral is the ephemeral public key that starts the Noise message. b must be a
+// parsed body (the parsers demand at least that much), or one made from a Noise message.
+func (b HandshakeBody) Ephemeral() []byte { return b.Noise[:EphemeralKeyLen] }
 
 // ParseHandshakeInit decodes a HANDSHAKE_INIT body. The Noise message may be longer
 // than HandshakeInitNoiseMin (a later payload may carry more), never shorter.

@@ -85,19 +85,7 @@ func reconnectDuringFlood(t testing.TB, n *testnet.Net, b *bond, rate int) flood
 	kill(t, b.cpe)
 	refused := b.metricOr0("hub", `aggd_drops_total{reason="handshake_failed"}`)
 	cookies := b.metricOr0("hub", `aggd_handshake_cookie_replies_total{direction="sent"}`)
-	stop := make(chan struct{})
-	var sent atomic.Int64
-	var wg sync.WaitGroup
-	var once sync.Once
-	end := func() { once.Do(func() { close(stop); wg.Wait() }) }
-	t.Cleanup(end) // if the test stops early
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := floodInits(n, readPublicKeyOf(t, filepath.Join(b.dir, "hub.key")), rate, stop, &sent); err != nil {
-			t.Errorf("flood: %v", err)
-		}
-	}()
+	f := startFlood(t, n, b, rate)
 	began := time.Now()
 	time.Sleep(time.Second)
 	args := append([]string{aggdBinary, "cpe", "--config", filepath.Join(b.dir, "cpe.yaml")}, strings.Fields(os.Getenv("AGGD_E2E_DAEMON_ARGS"))...)
@@ -105,18 +93,45 @@ func reconnectDuringFlood(t testing.TB, n *testnet.Net, b *bond, rate int) flood
 	b.cpe = b.Start("cpe", filepath.Join(b.dir, "cpe-after-flood.log"), args...)
 	b.waitReady(t)
 	back := time.Since(started)
-	end()
+	f.stop()
 	return floodResult{
-		Back: back, Flooded: time.Since(began), Sent: sent.Load(),
+		Back: back, Flooded: time.Since(began), Sent: f.sent.Load(),
 		CookiesSent: b.metricOr0("hub", `aggd_handshake_cookie_replies_total{direction="sent"}`) - cookies,
 		CookiesUsed: b.metricOr0("cpe", `aggd_handshake_cookie_replies_total{direction="received"}`),
 		Refused:     b.metricOr0("hub", `aggd_drops_total{reason="handshake_failed"}`) - refused,
 	}
 }
 
-// floodInits sends INITs that pass the headend's mac check, with random bytes for a
-// Noise message, from the CPE's namespace (uplink 3's address, a port of its own) at
-// about rate a second until stop closes. It ignores every answer.
+// flood is floodInits running on a goroutine of its own.
+type flood struct {
+	sent atomic.Int64
+	stop func() // ends the flood and waits for it; again is a no-op
+}
+
+// startFlood starts floodInits at rate INITs a second against b's headend. It stops
+// when the test ends, if not before.
+func startFlood(t testing.TB, n *testnet.Net, b *bond, rate int) *flood {
+	t.Helper()
+	f := &flood{}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var once sync.Once
+	f.stop = func() { once.Do(func() { close(done); wg.Wait() }) }
+	t.Cleanup(f.stop)
+	hubPub := readPublicKeyOf(t, filepath.Join(b.dir, "hub.key"))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := floodInits(n, hubPub, rate, done, &f.sent); err != nil {
+			t.Errorf("flood: %v", err)
+		}
+	}()
+	return f
+}
+
+// floodInits sends INITs that pass the headend's mac check, with random bytes (and a
+// counter) for a Noise message, from the CPE's namespace (uplink 3's address, a port of
+// its own) at about rate a second until stop closes. It ignores every answer.
 func floodInits(n *testnet.Net, hubPub handshake.PublicKey, rate int, stop <-chan struct{}, sent *atomic.Int64) error {
 	return n.Do("cpe", func() error {
 		c, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP("10.98.3.2")}, &net.UDPAddr{IP: net.ParseIP(headendIP), Port: 4242})
@@ -209,23 +224,14 @@ type floodCostResult struct {
 // through the bond every 10 ms for 3 s, and measures the headend's CPU meanwhile.
 func floodCost(b *testing.B, n *testnet.Net, bd *bond, rate int) floodCostResult {
 	b.Helper()
-	stop := make(chan struct{})
-	var sent atomic.Int64
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := floodInits(n, readPublicKeyOf(b, filepath.Join(bd.dir, "hub.key")), rate, stop, &sent); err != nil {
-			b.Errorf("flood: %v", err)
-		}
-	}()
-	defer func() { close(stop); wg.Wait() }()
+	f := startFlood(b, n, bd, rate)
+	defer f.stop()
 	time.Sleep(500 * time.Millisecond)
 	pid := bd.headend.Cmd.Process.Pid
-	j0, s0, t0 := procJiffies(pid), sent.Load(), time.Now()
+	j0, s0, t0 := procJiffies(pid), f.sent.Load(), time.Now()
 	out, err := bd.Try("lan", "ping", "-i", "0.01", "-c", "300", "-W", "1", server)
 	wall := time.Since(t0).Seconds()
-	r := floodCostResult{Rate: rate, SentPerSecond: float64(sent.Load()-s0) / wall,
+	r := floodCostResult{Rate: rate, SentPerSecond: float64(f.sent.Load()-s0) / wall,
 		HeadendCPUPercent: 100 * float64(procJiffies(pid)-j0) / userHZ / wall}
 	m := pingRTTs.FindStringSubmatch(out)
 	if err != nil || m == nil {
