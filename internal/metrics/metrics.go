@@ -229,6 +229,18 @@ func (s *Set) ForgetPeer(name string) {
 // catalogue that deploy/prometheus's alert rules are checked against.
 func (s *Set) Own() []prometheus.Collector { return s.own }
 
+// idleTimeout is how long the metrics server keeps a connection that carries no request.
+// It is longer than any usual scrape interval, so that Prometheus reuses its connection
+// from one scrape to the next, and it ends what a client left open and forgot: with none
+// (net/http's default) each such connection held a goroutine and a file descriptor for
+// as long as the daemon ran (BenchmarkSoak found the end-to-end tests' scrapes, one
+// connection each, adding up to hundreds an hour). A variable for the tests.
+var idleTimeout = 3 * time.Minute
+
+// writeTimeout bounds the writing of one response, so that a client that stops reading
+// does not hold its connection for ever. A scrape of a headend with 200 CPEs took 64 ms.
+const writeTimeout = 30 * time.Second
+
 // Serve exposes /metrics on addr until ctx ends. It returns once the listener is bound,
 // so a bad address is reported before the daemon goes on.
 func Serve(ctx context.Context, addr string, reg *prometheus.Registry) error {
@@ -238,7 +250,7 @@ func Serve(ctx context.Context, addr string, reg *prometheus.Registry) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout}
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -170,8 +170,11 @@ func (n *Net) Do(ns string, f func() error) error {
 }
 
 // HTTPGet fetches a URL from inside a namespace (e.g. a daemon's metrics on loopback).
+// Its connection is closed after the one request: a transport per call that kept it
+// would leave the daemon holding one idle connection per call.
 func (n *Net) HTTPGet(ns, url string) (string, error) {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var c net.Conn
 			err := n.Do(ns, func() (err error) {

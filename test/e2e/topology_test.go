@@ -185,6 +185,9 @@ type bondOptions struct {
 	autoInterfaces bool
 	// hubInterfaces, if set, is the headend config's bpf.interfaces line instead.
 	hubInterfaces string
+	// logLevel is both daemons' log.level; "" is debug (a failing test's log then says
+	// the most).
+	logLevel string
 }
 
 // hubInterfaces is the headend config's bpf.interfaces line for opts.
@@ -202,6 +205,10 @@ func hubInterfaces(opts bondOptions) string {
 func startBondWith(t testing.TB, n *testnet.Net, opts bondOptions, daemonArgs ...string) *bond {
 	dir := t.TempDir()
 	cpeKey, hubKey := writeKey(t, dir, "cpe.key"), writeKey(t, dir, "hub.key")
+	logLevel := opts.logLevel
+	if logLevel == "" {
+		logLevel = "debug"
+	}
 	var ups strings.Builder
 	for i := range uplinkRates {
 		k := i + 1
@@ -219,10 +226,10 @@ tunnel:
   address: [100.64.0.2/32]
 %suplinks:
 %slog:
-  level: debug
+  level: %s
 bpf:
   pin_dir: %s
-%s`, filepath.Join(dir, "cpe.key"), headendIP, hubKey, opts.tunnel, ups.String(), pinRoot, opts.cpe))
+%s`, filepath.Join(dir, "cpe.key"), headendIP, hubKey, opts.tunnel, ups.String(), logLevel, pinRoot, opts.cpe))
 	listen := opts.listen
 	if listen == "" {
 		listen = headendIP + ":4242"
@@ -238,10 +245,10 @@ peers:
     public_key: %s
     tunnel_address: [100.64.0.2/32]
 log:
-  level: debug
+  level: %s
 bpf:
   pin_dir: %s
-%s`, filepath.Join(dir, "hub.key"), listen, cpeKey, pinRoot, hubInterfaces(opts)))
+%s`, filepath.Join(dir, "hub.key"), listen, cpeKey, logLevel, pinRoot, hubInterfaces(opts)))
 
 	// AGGD_E2E_DAEMON_ARGS adds options to both daemons of every test (e.g. --fast-path:
 	// `make test` runs the suite once more with it, so the userspace tests check the
