@@ -3,7 +3,8 @@
 # three-link namespace topology, what an idle bond puts on a backup link, what a headend
 # costs per idle CPE, what a burst of handshakes does to its data, how a CPE reconnects
 # during a handshake flood, then forwarding packets per second (fast path against
-# --no-bpf) on that topology without shaping. Results go to results/bench/ (JSON and text).
+# --no-bpf) on that topology without shaping, and last a soak of the bond
+# (AGGD_BENCH_SOAK). Results go to results/bench/ (JSON and text).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=results/bench
@@ -22,4 +23,6 @@ echo "bench: how long a restarted CPE takes to reconnect while the headend is fl
 AGGD_RESULTS="$PWD/$out" go test -run '^$' -bench ReconnectDuringFlood -benchtime 1x -timeout 5m -v ./test/e2e | grep -v 'level=' | tee "$out/handshake-flood.txt"
 echo "bench: forwarding packets per second, fast path vs --no-bpf, unshaped veths (needs root) -> $out/pps.json"
 AGGD_RESULTS="$PWD/$out" go test -run '^$' -bench ForwardingPPS -benchtime 1x -timeout 15m -v ./test/e2e | grep -v 'level=' | tee "$out/pps.txt"
+echo "bench: one bond through cycles of TCP, an uplink cut and back, UDP, reloads and rekeys, watching both daemons for growth (needs root; AGGD_BENCH_SOAK, default 5m) -> $out/soak.json"
+AGGD_RESULTS="$PWD/$out" go test -run '^$' -bench Soak -benchtime 1x -timeout 0 -v ./test/e2e | grep -v 'level=' | tee "$out/soak.txt"
 echo "bench: machine: $(nproc) CPUs, $(uname -r), $(date -u +%F)"
