@@ -20,9 +20,10 @@ import (
 // removed again. None may leave anything behind in either daemon. After a first cycle
 // of them, three more must not add goroutines, threads, file descriptors or metric
 // series to either daemon, nor BPF programs or maps to the machine: a leak of one per
-// cycle adds three, where a count caught mid-change (a handshake under way) is off by
-// one. The rekeys (every 10 s) are none of them rejected: the copies a CPE sends of
-// each INIT, one per uplink, once each counted as a rejected handshake at the headend.
+// cycle adds three; each count is the least of five reads (soakProc), and one more is
+// allowed (two threads). The rekeys (every 10 s) are none of them rejected: the copies
+// a CPE sends of each INIT, one per uplink, once each counted as a rejected handshake
+// at the headend.
 // BenchmarkSoak runs the same cycle with TCP for as long as asked, and measures memory.
 func TestNothingGrowsCycleAfterCycle(t *testing.T) {
 	n := newTopology(t)
@@ -37,17 +38,21 @@ func TestNothingGrowsCycleAfterCycle(t *testing.T) {
 	first, end := samples[0], last(samples)
 	t.Logf("after cycle 1: cpe %s; headend %s; BPF %d programs, %d maps", first.CPE.line(), first.Headend.line(), first.BPFProgs, first.BPFMaps)
 	t.Logf("after cycle 4: cpe %s; headend %s; BPF %d programs, %d maps", end.CPE.line(), end.Headend.line(), end.BPFProgs, end.BPFMaps)
-	grew := func(what string, before, after float64) {
-		if after > before+1 {
+	// One more is allowed for what is under way in all five reads; for threads two:
+	// Go's runtime starts one when it needs another and keeps it (in the 20-minute
+	// fast-path soak each daemon's went up by one, then stayed).
+	grewBy := func(what string, before, after, allowed float64) {
+		if after > before+allowed {
 			t.Errorf("%s grew from %.0f to %.0f over three cycles", what, before, after)
 		}
 	}
+	grew := func(what string, before, after float64) { grewBy(what, before, after, 1) }
 	for _, d := range []struct {
 		name       string
 		before, at soakProc
 	}{{"the CPE's", first.CPE, end.CPE}, {"the headend's", first.Headend, end.Headend}} {
 		grew(d.name+" goroutines", d.before.Goroutines, d.at.Goroutines)
-		grew(d.name+" threads", d.before.Threads, d.at.Threads)
+		grewBy(d.name+" threads", d.before.Threads, d.at.Threads, 2)
 		grew(d.name+" file descriptors", d.before.FDs, d.at.FDs)
 		grew(d.name+" metric series", d.before.Series, d.at.Series)
 	}
@@ -255,7 +260,22 @@ func (b *bond) soakSample(t testing.TB, cycle int, start time.Time) soakSample {
 	return s
 }
 
+// soakProc reads one daemon. Its goroutines, threads and open files are each the least
+// of five reads 200 ms apart: a handshake, a reload or the last scrape's connection
+// under way adds one for a moment (the 40-minute soak's goroutines, read once, ranged
+// over 25-27 with nothing growing), where a leak stays in every read.
 func (b *bond) soakProc(t testing.TB, ns string, pid int, logName, peer string) soakProc {
+	p := b.soakRead(t, ns, pid, logName, peer)
+	for range 4 {
+		time.Sleep(200 * time.Millisecond)
+		q := b.soakRead(t, ns, pid, logName, peer)
+		p.Goroutines, p.Threads, p.FDs = min(p.Goroutines, q.Goroutines), min(p.Threads, q.Threads), min(p.FDs, q.FDs)
+	}
+	return p
+}
+
+// soakRead reads one daemon once.
+func (b *bond) soakRead(t testing.TB, ns string, pid int, logName, peer string) soakProc {
 	m, err := b.metrics(ns)
 	if err != nil {
 		t.Fatalf("scrape %s: %v", ns, err)
