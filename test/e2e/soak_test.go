@@ -255,8 +255,8 @@ func (b *bond) soakSample(t testing.TB, cycle int, start time.Time) soakSample {
 	s := soakSample{Cycle: cycle, AtS: time.Since(start).Seconds()}
 	s.CPE = b.soakProc(t, "cpe", b.cpe.Cmd.Process.Pid, "cpe.log", "headend")
 	s.Headend = b.soakProc(t, "hub", b.headend.Cmd.Process.Pid, "hub.log", "")
-	s.BPFProgs = bpfObjects(t, "prog")
-	s.BPFMaps = bpfObjects(t, "map")
+	s.BPFProgs = bpfObjects(t, "programs", ebpf.ProgramGetNextID)
+	s.BPFMaps = bpfObjects(t, "maps", ebpf.MapGetNextID)
 	return s
 }
 
@@ -330,23 +330,16 @@ func procStatusField(status []byte, name string) float64 {
 	return math.NaN()
 }
 
-// bpfObjects counts the machine's BPF programs or maps (kind "prog" or "map") by
-// walking their IDs, as bpftool does.
-func bpfObjects(b testing.TB, kind string) int {
-	next := ebpf.ProgramGetNextID
-	if kind == "map" {
-		next = func(id ebpf.ProgramID) (ebpf.ProgramID, error) {
-			m, err := ebpf.MapGetNextID(ebpf.MapID(id))
-			return ebpf.ProgramID(m), err
-		}
-	}
+// bpfObjects counts the machine's BPF programs or maps by walking their IDs with next
+// (ebpf.ProgramGetNextID or ebpf.MapGetNextID), as bpftool does.
+func bpfObjects[ID ~uint32](t testing.TB, what string, next func(ID) (ID, error)) int {
 	count := 0
-	for id := ebpf.ProgramID(0); ; count++ {
+	for id := ID(0); ; count++ {
 		var err error
 		if id, err = next(id); errors.Is(err, os.ErrNotExist) {
 			return count
 		} else if err != nil {
-			b.Fatalf("listing BPF %ss: %v", kind, err)
+			t.Fatalf("listing BPF %s: %v", what, err)
 		}
 	}
 }
