@@ -185,14 +185,31 @@ func seqRanges(seqs []uint32) []wire.SeqRange {
 // lossNotices is a session's notices waiting to be sent once more.
 type lossNotices struct {
 	mu     sync.Mutex
-	repeat []wire.SeqRange
+	ticks  uint64 // ticks so far (repeatLossNotices)
+	repeat []pendingNotice
+}
+
+// pendingNotice is a notice sent once, and when: the session's clock and its tick count.
+type pendingNotice struct {
+	ranges []wire.SeqRange
+	sent   int64 // clock.Nanos
+	tick   uint64
 }
 
 // reassign is called when link l has just gone down: it tells the peer, on the best
 // link still up, which global sequence numbers sent on l will never arrive, and sends
-// the same notice again at the next tick in case this one is lost. It returns how many
-// sequence numbers the notice names.
+// the same notice again later in case this one is lost. It returns how many sequence
+// numbers the notice names. (linkDown does the same around a rescue.)
 func (s *Session) reassign(l *link) int {
+	seqs := s.lostOn(l)
+	s.noticeLost(seqs)
+	return len(seqs)
+}
+
+// lostOn takes link l, just gone down, out of the schedule and returns the global
+// sequence numbers sent on it that will never arrive: those after the peer's last
+// report, copies left out. They are taken: a second call names none of them again.
+func (s *Session) lostOn(l *link) []uint32 {
 	s.schedDue.Store(true) // the scheduler takes l out at once
 	s.txMu.Lock()
 	acked, logged := l.sent.acked.Load(), l.sent.n
@@ -213,32 +230,44 @@ func (s *Session) reassign(l *link) int {
 		l.log.Warn("loss notice incomplete: more packets were in flight on the link than the sender logs; the peer's hold timer resolves the rest",
 			"logged", sentLogSize)
 	}
-	if len(seqs) == 0 {
-		return 0
-	}
-	s.noticeLost(seqs)
-	return len(seqs)
+	return seqs
 }
 
 // noticeLost tells the peer that the global sequence numbers seqs will never arrive,
-// now and once more at the next tick in case this notice is lost.
+// now and once more later in case this notice is lost.
 func (s *Session) noticeLost(seqs []uint32) {
+	if len(seqs) == 0 {
+		return
+	}
 	ranges := seqRanges(seqs)
 	s.sendLossNotice(ranges)
 	s.notices.mu.Lock()
-	s.notices.repeat = append(s.notices.repeat, ranges...)
+	s.notices.repeat = append(s.notices.repeat, pendingNotice{ranges, clock.Nanos(), s.notices.ticks})
 	s.notices.mu.Unlock()
 }
 
-// repeatLossNotices sends the notices of the last tick once more. Resolving a number
-// twice is harmless at the peer (reseq.Skip ignores what is already resolved).
+// repeatLossNotices sends the notices sent at least half a probe interval ago once
+// more, at a tick. Not sooner: what lost the first (most often the queue a link's
+// rescue copies filled, linkDown) would take the second as well, and a tick can come
+// a millisecond after the notice. Two ticks since are always enough: with a real
+// clock they are an interval, and a test's virtual clock moves only the ticks.
+// Resolving a number twice is harmless at the peer (reseq.Skip ignores what is
+// already resolved).
 func (s *Session) repeatLossNotices() {
+	now := clock.Nanos()
+	var due []wire.SeqRange
 	s.notices.mu.Lock()
-	ranges := s.notices.repeat
-	s.notices.repeat = nil
+	s.notices.ticks++
+	s.notices.repeat = slices.DeleteFunc(s.notices.repeat, func(n pendingNotice) bool {
+		if ticks := s.notices.ticks - n.tick; ticks < 2 && (ticks < 1 || now-n.sent < int64(s.cfg.Probe/2)) {
+			return false
+		}
+		due = append(due, n.ranges...)
+		return true
+	})
 	s.notices.mu.Unlock()
-	if len(ranges) > 0 {
-		s.sendLossNotice(ranges)
+	if len(due) > 0 {
+		s.sendLossNotice(due)
 	}
 }
 

@@ -240,6 +240,17 @@ func (g *sentLog) ringSeqs() []uint32 {
 	return out
 }
 
+// toRepeat returns the ranges of the notices waiting to be sent once more.
+func (n *lossNotices) toRepeat() []wire.SeqRange {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []wire.SeqRange
+	for _, p := range n.repeat {
+		out = append(out, p.ranges...)
+	}
+	return out
+}
+
 // checkOrder checks that got is sent in order with exactly lost packets missing.
 func checkOrder(t *testing.T, got, sent []uint32, lost int) {
 	t.Helper()
@@ -414,10 +425,10 @@ func TestLossNoticeNamesTheKernelsPackets(t *testing.T) {
 	l.sent.ack(0xfffffffe)
 	sp.linkNext = 4
 	if n := s.reassign(l); n != 5 {
-		t.Fatalf("the notice named %d numbers (%v), want 5 (41..45)", n, s.notices.repeat)
+		t.Fatalf("the notice named %d numbers (%v), want 5 (41..45)", n, s.notices.toRepeat())
 	}
-	if want := []wire.SeqRange{{Start: 41, Count: 5}}; !slices.Equal(s.notices.repeat, want) {
-		t.Errorf("notice %v, want %v", s.notices.repeat, want)
+	if want := []wire.SeqRange{{Start: 41, Count: 5}}; !slices.Equal(s.notices.toRepeat(), want) {
+		t.Errorf("notice %v, want %v", s.notices.toRepeat(), want)
 	}
 	if sp.asked != [2]uint32{0xfffffffe, 3} {
 		t.Errorf("asked the kernel for the link numbers after %d through %d, want after 0xfffffffe through 3", sp.asked[0], sp.asked[1])

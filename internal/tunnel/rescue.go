@@ -136,41 +136,74 @@ func (k *keptPackets) entry(seq uint32) *keptPacket {
 // and 10-13 consecutive packets really lost (BENCHMARKS.md, "What the failover's
 // resends are"). A copy on a link that is itself in doubt, or dying unseen (not
 // healthy: owing, or a probe overdue), still gets its copies.
-func (s *Session) rescue(l *link) (copied int) {
-	k := s.keys.sending()
+func (s *Session) rescue(l *link) int {
+	return s.sendRescue(s.planRescue(l))
+}
+
+// rescuePlan is what a rescue of a link will copy: the global sequence numbers of its
+// packets in flight that get copies, oldest first, and the refuges they go to.
+type rescuePlan struct {
+	from            *link
+	seqs            []uint32
+	to              []*link
+	logged, covered int // packets in flight in the link's log; of those, copied already
+}
+
+// planRescue chooses what a rescue of l copies, and where to, without sending
+// anything: a link found down names the rest in its loss notice first (linkDown).
+func (s *Session) planRescue(l *link) rescuePlan {
+	p := rescuePlan{from: l}
 	to := s.refuges(l)
-	if k == nil || len(to) == 0 {
-		return 0
+	if s.keys.sending() == nil || len(to) == 0 {
+		return p
 	}
 	if len(to) > 1 && to[1].isSuspect() { // refuges are up or suspect: no copy into doubt
 		to = to[:1]
 	}
-	to = to[:min(len(to), rescueRefuges)]
+	p.to = to[:min(len(to), rescueRefuges)]
 	at := time.Now()
-	live := slices.DeleteFunc(slices.Clone(to), func(r *link) bool { return !r.healthy(at) }) // refuges that can cover
-	now := clock.Nanos()
-	covered := 0
+	live := slices.DeleteFunc(slices.Clone(p.to), func(r *link) bool { return !r.healthy(at) }) // refuges that can cover
 	s.txMu.Lock()
+	defer s.txMu.Unlock()
 	inFlight := l.sent.after(l.rescuedThrough)
 	l.rescuedThrough = l.sentLinkSeq()
+	p.logged = len(inFlight)
 	for _, e := range inFlight {
-		pkt := s.kept.get(e.Seq)
+		switch {
+		case s.kept.get(e.Seq) == nil:
+		case slices.ContainsFunc(live, func(r *link) bool { return s.kept.wentOn(e.Seq, r.spec.ID) }):
+			p.covered++ // its copy is on a healthy link already
+		case slices.ContainsFunc(p.to, func(r *link) bool { return !s.kept.wentOn(e.Seq, r.spec.ID) }):
+			p.seqs = append(p.seqs, e.Seq)
+		}
+	}
+	return p
+}
+
+// sendRescue sends the copies p planned, none where its packet went already, and
+// returns how many packets it copied. A packet whose slot was taken by a newer one
+// since the plan is not copied: TCP recovers it as it would without.
+func (s *Session) sendRescue(p rescuePlan) (copied int) {
+	k := s.keys.sending()
+	if k == nil || len(p.seqs) == 0 {
+		return 0
+	}
+	now := clock.Nanos()
+	s.txMu.Lock()
+	for _, seq := range p.seqs {
+		pkt := s.kept.get(seq)
 		if pkt == nil {
 			continue
 		}
-		if slices.ContainsFunc(live, func(r *link) bool { return s.kept.wentOn(e.Seq, r.spec.ID) }) {
-			covered++ // its copy is on a healthy link already
-			continue
-		}
 		sent := false
-		for _, r := range to {
-			if s.kept.wentOn(e.Seq, r.spec.ID) {
+		for _, r := range p.to {
+			if s.kept.wentOn(seq, r.spec.ID) {
 				continue // a copy is on its way there already
 			}
 			s.sched.Charge(r.spec.ID, now, len(pkt)+28)
 			// Logged as a copy: if this link goes into doubt too, its rescue copies
 			// the packet again, and its loss notice leaves the number out.
-			s.sendDataOn(r.spec.ID, k, e.Seq, wire.FlagDuplicate, true, now, pkt)
+			s.sendDataOn(r.spec.ID, k, seq, wire.FlagDuplicate, true, now, pkt)
 			sent = true
 		}
 		if sent {
@@ -180,8 +213,8 @@ func (s *Session) rescue(l *link) (copied int) {
 	s.txMu.Unlock()
 	if copied > 0 {
 		s.pm.rescued.Add(float64(copied))
-		l.log.Debug("copied packets in flight", "to", to[0].spec.Name, "links", len(to), "copied", copied,
-			"logged", len(inFlight), "covered", covered)
+		p.from.log.Debug("copied packets in flight", "to", p.to[0].spec.Name, "links", len(p.to), "copied", copied,
+			"logged", p.logged, "covered", p.covered)
 	}
 	return copied
 }

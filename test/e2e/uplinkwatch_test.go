@@ -61,6 +61,8 @@ func TestCarrierLossTakesUplinkDownAtOnce(t *testing.T) {
 	if flow.Err != nil {
 		t.Fatalf("the TCP flow broke when up3 lost its carrier: %v\n%s", flow.Err, readTail(out))
 	}
+	// Each notice goes twice: with both copies through, this is twice what the CPE named.
+	t.Logf("by the end of the flow the headend had received loss notices for %v sequence numbers, repeats included", b.metricOr0("hub", noticed))
 }
 
 // An uplink whose source is not pinned in the config follows its interface's address:
