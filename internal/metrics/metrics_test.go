@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -17,8 +19,91 @@ import (
 func TestServeClosesConnectionsLeftIdle(t *testing.T) {
 	defer func(d time.Duration) { idleTimeout = d }(idleTimeout)
 	idleTimeout = 200 * time.Millisecond
+	addr := serveOnFreePort(t)
+	conn, r := dial(t, addr)
+	if err := scrape(conn, r); err != nil {
+		t.Fatal(err)
+	}
+
+	// Send nothing more: the server must close the connection.
+	expectClosed(t, conn, r, "a connection idle for longer than idleTimeout")
+}
+
+// The server holds at most maxConns connections. At the limit a new one takes the place
+// of the one idle the longest; when none is idle (each is inside a request), the new
+// one is closed at once.
+func TestServeBoundsItsConnections(t *testing.T) {
+	defer func(n int) { maxConns = n }(maxConns)
+	maxConns = 2
+	addr := serveOnFreePort(t)
+	first, r1 := dial(t, addr)
+	if err := scrape(first, r1); err != nil {
+		t.Fatal(err)
+	}
+	second, r2 := dial(t, addr)
+	if err := scrape(second, r2); err != nil {
+		t.Fatal(err)
+	}
+	// A third scraper is served. (The server marks a connection idle just after its
+	// response: until it has, both count as busy and the third is turned away.)
+	third, r3 := dial(t, addr)
+	for tries := 0; scrape(third, r3) != nil; tries++ {
+		if tries == 100 {
+			t.Fatal("a third scraper was turned away 100 times with both others idle")
+		}
+		time.Sleep(10 * time.Millisecond)
+		third, r3 = dial(t, addr)
+	}
+	expectClosed(t, first, r1, "the connection idle the longest, at the limit")
+	if err := scrape(second, r2); err != nil {
+		t.Fatalf("the other idle connection: %v, want it kept", err)
+	}
+
+}
+
+// With every held connection inside a request, a new one is closed at once, and the
+// busy ones are left alone; once one is idle again, the next new one takes its place.
+func TestConnLimitTurnsAwayConnectionsWhenAllAreBusy(t *testing.T) {
+	c := newConnLimit(2)
+	pipe := func() net.Conn {
+		a, b := net.Pipe()
+		t.Cleanup(func() { a.Close(); b.Close() })
+		return a
+	}
+	busy1, busy2, late := pipe(), pipe(), pipe()
+	for _, conn := range []net.Conn{busy1, busy2} {
+		c.track(conn, http.StateNew)
+		c.track(conn, http.StateActive)
+	}
+	c.track(late, http.StateNew)
+	if !closed(late) {
+		t.Error("a new connection with both held ones inside a request was kept")
+	}
+	if closed(busy1) || closed(busy2) {
+		t.Error("a connection inside a request was closed to make room")
+	}
+	c.track(late, http.StateClosed) // what the server reports for it
+
+	c.track(busy2, http.StateIdle)
+	next := pipe()
+	c.track(next, http.StateNew)
+	if closed(next) || !closed(busy2) || closed(busy1) {
+		t.Errorf("with one held connection idle: new closed %v, idle closed %v, busy closed %v; want only the idle one closed",
+			closed(next), closed(busy2), closed(busy1))
+	}
+}
+
+// closed reports whether conn, one end of a net.Pipe, was closed.
+func closed(conn net.Conn) bool {
+	return errors.Is(conn.SetDeadline(time.Time{}), io.ErrClosedPipe)
+}
+
+// serveOnFreePort starts the metrics server on a free port of the loopback until the
+// test ends, and returns its address.
+func serveOnFreePort(t *testing.T) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -27,38 +112,51 @@ func TestServeClosesConnectionsLeftIdle(t *testing.T) {
 	if err := ln.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s := New()
-	if err := Serve(ctx, addr, s.Registry); err != nil {
+	if err := Serve(ctx, addr, New().Registry); err != nil {
 		t.Fatal(err)
 	}
+	return addr
+}
 
+// dial opens a connection to addr, closed when the test ends.
+func dial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	return conn, bufio.NewReader(conn)
+}
+
+// scrape asks for /metrics on conn, reads the whole answer and checks that the
+// connection is kept alive.
+func scrape(conn net.Conn, r *bufio.Reader) error {
 	if _, err := io.WriteString(conn, "GET /metrics HTTP/1.1\r\nHost: aggd\r\n\r\n"); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	r := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(r, nil)
 	if err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("scrape: %w", err)
 	}
+	defer resp.Body.Close()
 	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || resp.Close {
-		t.Fatalf("scrape: status %d, close %v; want 200 on a connection kept alive", resp.StatusCode, resp.Close)
+		return fmt.Errorf("scrape: status %d, close %v; want 200 on a connection kept alive", resp.StatusCode, resp.Close)
 	}
+	return nil
+}
 
-	// Send nothing more: the server must close the connection. The deadline only keeps
-	// a failing test from hanging; it is far above idleTimeout.
+// expectClosed fails the test unless the server closes conn, read through r. The
+// deadline only keeps a failing test from hanging.
+func expectClosed(t *testing.T, conn net.Conn, r *bufio.Reader, what string) {
+	t.Helper()
 	if err := conn.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.ReadByte(); !errors.Is(err, io.EOF) {
-		t.Fatalf("reading the idle connection gave %v, want EOF: the server kept it open", err)
+	if _, err := r.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("%s: reading it gave %v, want it closed by the server", what, err)
 	}
 }
