@@ -227,8 +227,12 @@ func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, wante
 			// before it (or between two of them) is not missed.
 			updates := make(chan netlink.LinkUpdate, 64)
 			err := netlink.LinkSubscribeWithOptions(updates, ctx.Done(), netlink.LinkSubscribeOptions{
-				ListExisting:  true,
-				ErrorCallback: func(err error) { log.Warn("watching for new interfaces", "err", err) },
+				ListExisting: true,
+				ErrorCallback: func(err error) {
+					if ctx.Err() == nil { // at the stop the library closes its socket under its read
+						log.Warn("watching for new interfaces", "err", err)
+					}
+				},
 			})
 			if err != nil {
 				log.Warn("cannot watch for new interfaces; retrying", "err", err)

@@ -36,12 +36,14 @@ func TestShutdownAndCrashRecovery(t *testing.T) {
 		t.Fatalf("no traffic after the CPE restarted: %v\n%s", err, out)
 	}
 
-	// Clean stop: SIGTERM, exit 0, nothing left.
+	// Clean stop: SIGTERM, exit 0, nothing left, and no warning on the way out (the
+	// headend's interface watch once warned of its own socket closing at every stop).
 	for _, side := range []struct {
-		ns string
-		p  *testnet.Proc
-	}{{"cpe", b.cpe}, {"hub", b.headend}} {
+		ns, log string
+		p       *testnet.Proc
+	}{{"cpe", "cpe2.log", b.cpe}, {"hub", "hub.log", b.headend}} {
 		p := side.p
+		logged, _ := os.ReadFile(filepath.Join(b.dir, side.log))
 		if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -55,6 +57,12 @@ func TestShutdownAndCrashRecovery(t *testing.T) {
 		}
 		if b.hasTunnelState(side.ns) {
 			t.Errorf("aggd in %s left state behind after a clean stop:\n%s", side.ns, b.tunnelState(side.ns))
+		}
+		all, _ := os.ReadFile(filepath.Join(b.dir, side.log))
+		for _, line := range strings.Split(string(all[min(len(logged), len(all)):]), "\n") {
+			if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+				t.Errorf("aggd in %s warned as it stopped cleanly: %s", side.ns, line)
+			}
 		}
 	}
 	data, _ := os.ReadFile(filepath.Join(b.dir, "cpe2.log"))
