@@ -39,11 +39,21 @@ const floodRate = 5000
 func TestCPEReconnectsDuringHandshakeFlood(t *testing.T) {
 	n := newTopology(t)
 	b := startBond(t, n)
-	r := reconnectDuringFlood(t, n, b, floodRate)
-	t.Logf("flood of %d INITs a second: the bond was back %.2f s after the CPE's daemon started; the headend sent %.0f cookie replies, the CPE used %.0f",
-		floodRate, r.Back.Seconds(), r.CookiesSent, r.CookiesUsed)
+	// The limit's tokens go to whichever INITs come as they refill, so the CPE's first
+	// INIT can take one (about 100 chances in 5000 a second; a CI run of 4301d8d saw it
+	// reconnect in 5 ms without a cookie). Then the test would show nothing of cookies,
+	// and the reconnect is tried again, up to five times in all (more often on a busy
+	// host, where the flood pauses and the bucket refills).
+	var r floodResult
+	attempts := 0
+	for attempts < 5 && (attempts == 0 || r.CookiesUsed < 1) {
+		attempts++
+		r = reconnectDuringFlood(t, n, b, floodRate)
+		t.Logf("flood of %d INITs a second, reconnect %d: the bond was back %.2f s after the CPE's daemon started; the headend sent %.0f cookie replies, the CPE used %.0f",
+			floodRate, attempts, r.Back.Seconds(), r.CookiesSent, r.CookiesUsed)
+	}
 	if r.CookiesUsed < 1 {
-		t.Errorf("the CPE reconnected without a cookie (%v received): the flood did not spend the rate limit, and this test shows nothing", r.CookiesUsed)
+		t.Errorf("the CPE reconnected without a cookie (%v received) %d times in a row: the flood did not spend the rate limit, and this test shows nothing", r.CookiesUsed, attempts)
 	}
 	if r.CookiesSent < float64(floodRate) {
 		t.Errorf("the headend sent %v cookie replies during a flood of %d INITs a second for over a second", r.CookiesSent, floodRate)
@@ -56,14 +66,16 @@ func TestCPEReconnectsDuringHandshakeFlood(t *testing.T) {
 	if _, err := b.Try("lan", "ping", "-c3", "-i0.2", "-W1", server); err != nil {
 		t.Errorf("no ping through the bond after the flood: %v", err)
 	}
-	// The headend says it is answering with cookies, and does not log every refused
-	// INIT: ten a 10-s window one by one (the flood lasted one window), then a count.
+	// The headend says it is answering with cookies (once: the floods of all attempts
+	// make one stretch, with less than 5 s between them), and does not log every refused
+	// INIT: ten a 10-s window one by one, then a count (each attempt lasts less than a
+	// window).
 	hubLog := filepath.Join(b.dir, "hub.log")
 	if logCount(hubLog, "handshake rate limit spent") != 1 {
 		t.Errorf("the headend's log does not say, once, that it answers INITs with cookie replies")
 	}
-	if n := logCount(hubLog, "handshake rejected"); n > 12 {
-		t.Errorf("the headend logged %d lines of rejected handshakes for %.0f refused in %.1f s: a line per INIT", n, r.Refused, r.Flooded.Seconds())
+	if n := logCount(hubLog, "handshake rejected"); n > 12*attempts {
+		t.Errorf("the headend logged %d lines of rejected handshakes in %d flood(s) (the last refused %.0f in %.1f s): a line per INIT", n, attempts, r.Refused, r.Flooded.Seconds())
 	}
 }
 
