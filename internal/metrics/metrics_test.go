@@ -58,7 +58,6 @@ func TestServeBoundsItsConnections(t *testing.T) {
 	if err := scrape(second, r2); err != nil {
 		t.Fatalf("the other idle connection: %v, want it kept", err)
 	}
-
 }
 
 // With every held connection inside a request, a new one is closed at once, and the

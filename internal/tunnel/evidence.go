@@ -30,8 +30,8 @@ func evidenceLinks(links map[uint8]*link) []uint8 {
 // linkDown does what a link that just went down needs, whatever found it down (its
 // silence, the peer's reports, its uplink going offline): the resequencer stops waiting
 // for its evidence, what it had in flight and was not copied yet is copied to another
-// link (rescue.go), and its share and lost packets move (reassign). It returns how
-// many sequence numbers the loss notices name.
+// link (rescue.go), and its share moves and its lost packets are named to the peer
+// (lossnotice.go). It returns how many sequence numbers the loss notices name.
 //
 // The notice goes in two parts on the best refuge. The numbers no copy speaks for go
 // first, ahead of the copies: nothing else fills their holes, and behind the copies

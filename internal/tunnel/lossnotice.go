@@ -196,14 +196,10 @@ type pendingNotice struct {
 	tick   uint64
 }
 
-// reassign is called when link l has just gone down: it tells the peer, on the best
-// link still up, which global sequence numbers sent on l will never arrive, and sends
-// the same notice again later in case this one is lost. It returns how many sequence
-// numbers the notice names. (linkDown does the same around a rescue.)
-func (s *Session) reassign(l *link) int {
-	seqs := s.lostOn(l)
-	s.noticeLost(seqs)
-	return len(seqs)
+// due reports whether the notice goes again at the tick numbered ticks, at now: half
+// a probe interval after it went, or at the second tick since, whichever comes first.
+func (n pendingNotice) due(ticks uint64, now int64, half time.Duration) bool {
+	return ticks-n.tick >= 2 || now-n.sent >= int64(half)
 }
 
 // lostOn takes link l, just gone down, out of the schedule and returns the global
@@ -259,7 +255,7 @@ func (s *Session) repeatLossNotices() {
 	s.notices.mu.Lock()
 	s.notices.ticks++
 	s.notices.repeat = slices.DeleteFunc(s.notices.repeat, func(n pendingNotice) bool {
-		if ticks := s.notices.ticks - n.tick; ticks < 2 && (ticks < 1 || now-n.sent < int64(s.cfg.Probe/2)) {
+		if !n.due(s.notices.ticks, now, s.cfg.Probe/2) {
 			return false
 		}
 		due = append(due, n.ranges...)

@@ -240,6 +240,14 @@ func (g *sentLog) ringSeqs() []uint32 {
 	return out
 }
 
+// reassign names what link l, just gone down, had in flight in a loss notice, as
+// linkDown does without the rescue around it, and returns how many numbers it named.
+func (s *Session) reassign(l *link) int {
+	seqs := s.lostOn(l)
+	s.noticeLost(seqs)
+	return len(seqs)
+}
+
 // toRepeat returns the ranges of the notices waiting to be sent once more.
 func (n *lossNotices) toRepeat() []wire.SeqRange {
 	n.mu.Lock()

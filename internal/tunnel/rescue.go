@@ -170,7 +170,7 @@ func (s *Session) planRescue(l *link) rescuePlan {
 	p.logged = len(inFlight)
 	for _, e := range inFlight {
 		switch {
-		case s.kept.get(e.Seq) == nil:
+		case s.kept.get(e.Seq) == nil: // no longer kept: nothing to copy
 		case slices.ContainsFunc(live, func(r *link) bool { return s.kept.wentOn(e.Seq, r.spec.ID) }):
 			p.covered++ // its copy is on a healthy link already
 		case slices.ContainsFunc(p.to, func(r *link) bool { return !s.kept.wentOn(e.Seq, r.spec.ID) }):

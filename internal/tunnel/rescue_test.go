@@ -172,12 +172,8 @@ func newRescueRig(t *testing.T) *rescueRig {
 	return newRescueRigFor(t, testSession(), nil)
 }
 
-// newRescueRigWith is newRescueRig with the links' classes (primaries where not given).
-func newRescueRigWith(t *testing.T, classes map[uint8]sched.Class) *rescueRig {
-	return newRescueRigFor(t, testSession(), classes)
-}
-
-// newRescueRigFor is newRescueRigWith with the session's config.
+// newRescueRigFor is newRescueRig with the session's config and the links' classes
+// (primaries where not given).
 func newRescueRigFor(t *testing.T, cfg SessionConfig, classes map[uint8]sched.Class) *rescueRig {
 	r := &rescueRig{s: newSession(cfg, metrics.New(), discard, 1, func([]byte) {}), sent: map[uint8][]wire.Header{}}
 	s := r.s
@@ -274,9 +270,7 @@ func TestCopiesFollowTheNextLinkIntoDoubt(t *testing.T) {
 	s.txMu.Lock()
 	s.sendDataOn(1, k, 4, 0, false, clock.Nanos(), make([]byte, wire.HeaderLen+100))
 	s.txMu.Unlock()
-	r.mu.Lock()
-	clear(r.sent)
-	r.mu.Unlock()
+	r.clear()
 	links[0].setState(stateSuspect)
 	if n := s.rescue(links[0]); n != 3 {
 		t.Fatalf("first link in doubt: %d packets copied, want 3", n)
@@ -404,9 +398,7 @@ func TestCopiesSentWhileInDoubtAreRescued(t *testing.T) {
 	if originals == len(onDying) {
 		t.Fatalf("setup: no packet of the first link, in doubt, had its copy on the second link (it carried %v)", onDying)
 	}
-	r.mu.Lock()
-	clear(r.sent)
-	r.mu.Unlock()
+	r.clear()
 	links[1].mu.Lock()
 	links[1].setState(stateSuspect)
 	links[1].mu.Unlock()
@@ -460,7 +452,7 @@ func (r *rescueRig) seqsOn(id uint8) (seqs []uint32, originals int) {
 // standby scenario lost TCP's packets of the 40-150 ms between the two doubts in four
 // of 31 captured runs). No copy goes to the backup before or after the doubt.
 func TestPrimaryInDoubtCopiesToTheBackup(t *testing.T) {
-	r := newRescueRigWith(t, map[uint8]sched.Class{2: sched.ClassBackup})
+	r := newRescueRigFor(t, testSession(), map[uint8]sched.Class{2: sched.ClassBackup})
 	s, links := r.s, r.links
 	send := func(n int) {
 		t.Helper()
@@ -480,9 +472,7 @@ func TestPrimaryInDoubtCopiesToTheBackup(t *testing.T) {
 	if got, _ := r.seqsOn(2); len(got) != 0 {
 		t.Fatalf("the backup carried %v with both primaries up, want nothing", got)
 	}
-	r.mu.Lock()
-	clear(r.sent)
-	r.mu.Unlock()
+	r.clear()
 
 	setState(links[0], stateSuspect)
 	send(20)
@@ -514,9 +504,7 @@ func TestPrimaryInDoubtCopiesToTheBackup(t *testing.T) {
 	}
 
 	// The doubt lifted: the backup idles again.
-	r.mu.Lock()
-	clear(r.sent)
-	r.mu.Unlock()
+	r.clear()
 	setState(links[0], stateUp)
 	send(10)
 	if got, _ := r.seqsOn(2); len(got) != 0 {
@@ -545,9 +533,7 @@ func TestRescueLeavesPacketsWhoseCopyIsOnAHealthyLink(t *testing.T) {
 			t.Fatalf("setup: packet %d of the link in doubt has no duplicate on a healthy link", seq)
 		}
 	}
-	r.mu.Lock()
-	clear(r.sent)
-	r.mu.Unlock()
+	r.clear()
 	if n := s.rescue(links[0]); n != 3 {
 		t.Fatalf("rescue of the link in doubt copied %d packets, want the 3 it sent before its doubt (not the %d duplicated since)", n, len(inDoubt))
 	}
