@@ -83,6 +83,7 @@ func metricCatalogue(t *testing.T) string {
 		labelValues("aggd_fastpath_packets_total", "verdict", append(slices.Clone(bpf.TxVerdicts), bpf.RxVerdicts...)),
 		labelValues("aggd_handshake_cookie_replies_total", "direction", metrics.CookieDirections),
 		labelValues("aggd_link_suspicions_total", "cause", tunnel.SuspicionCauses()),
+		labelValues("aggd_metrics_connections_closed_total", "reason", metrics.ConnsClosedReasons),
 		labelValues("aggd_xdp_packets_total", "reason", bpf.Reasons),
 	}
 	return "# name type labels: every metric aggd exports (internal/daemon TestMetricCatalogue writes this file)\n" +

@@ -276,7 +276,7 @@ func startMetrics(ctx context.Context, c config.Metrics, log *slog.Logger) (*met
 	if !c.Enabled {
 		return m, nil
 	}
-	if err := metrics.Serve(ctx, c.Listen.String(), m.Registry); err != nil {
+	if err := metrics.Serve(ctx, c.Listen.String(), m); err != nil {
 		return nil, err
 	}
 	log.Info("metrics", "url", "http://"+c.Listen.String()+"/metrics")

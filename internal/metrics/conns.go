@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // maxConns is how many connections the metrics server holds at once: a few scrapers
@@ -18,11 +20,15 @@ var maxConns = 16
 // new connection takes the place of the one idle the longest, which is closed: an idle
 // connection costs its client nothing to open again, and a scraper that came back is
 // not shut out by ones that were left. If none is idle, every one is inside a request,
-// which the server's timeouts bound, and the new connection is closed instead.
+// which the server's timeouts bound, and the new connection is closed instead. Each
+// close is counted by why (ConnsClosedEvicted, ConnsClosedRefused): scrapes that fail
+// now and then with the counter rising say that something else holds the endpoint's
+// connections.
 type connLimit struct {
-	max   int
-	mu    sync.Mutex
-	conns map[net.Conn]connState
+	max    int
+	closed *prometheus.CounterVec // by reason; nil: not counted
+	mu     sync.Mutex
+	conns  map[net.Conn]connState
 }
 
 // connState is what connLimit knows of one connection.
@@ -31,8 +37,24 @@ type connState struct {
 	since time.Time // when it went idle
 }
 
-func newConnLimit(max int) *connLimit {
-	return &connLimit{max: max, conns: map[net.Conn]connState{}}
+// The values of aggd_metrics_connections_closed_total's label.
+const (
+	ConnsClosedEvicted = "evicted" // an idle connection, closed to make room for a new one
+	ConnsClosedRefused = "refused" // a new connection, closed because every held one was busy
+)
+
+// ConnsClosedReasons lists the label's values, so that each series exists from the start.
+var ConnsClosedReasons = []string{ConnsClosedEvicted, ConnsClosedRefused}
+
+func newConnLimit(max int, closed *prometheus.CounterVec) *connLimit {
+	return &connLimit{max: max, closed: closed, conns: map[net.Conn]connState{}}
+}
+
+// count adds one to the closes for reason.
+func (c *connLimit) count(reason string) {
+	if c.closed != nil {
+		c.closed.WithLabelValues(reason).Inc()
+	}
 }
 
 // track is the server's ConnState hook.
@@ -45,10 +67,12 @@ func (c *connLimit) track(conn net.Conn, state http.ConnState) {
 			oldest := c.longestIdle()
 			if oldest == nil {
 				_ = conn.Close() // the server sees it closed and lets it go
+				c.count(ConnsClosedRefused)
 				return
 			}
 			_ = oldest.Close()
 			delete(c.conns, oldest)
+			c.count(ConnsClosedEvicted)
 		}
 		c.conns[conn] = connState{}
 	case http.StateActive:

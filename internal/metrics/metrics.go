@@ -78,6 +78,8 @@ type Set struct {
 	FallbackDirect      prometheus.Gauge
 	FallbackTransitions *prometheus.CounterVec
 
+	MetricsConnsClosed *prometheus.CounterVec
+
 	DataUsed       *prometheus.GaugeVec
 	DataCap        *prometheus.GaugeVec
 	DataCapReached *prometheus.GaugeVec
@@ -182,6 +184,12 @@ func New() *Set {
 		Help: "1 while new LAN connections leave directly out of an uplink because the headend is silent (CPE, fallback.enabled).",
 	})
 	s.FallbackTransitions = counterVec("fallback_transitions_total", "Switches between the bond and direct routing, by the mode switched to (direct, bond).", []string{"to"})
+	s.MetricsConnsClosed = counterVec("metrics_connections_closed_total", fmt.Sprintf("Connections to this metrics endpoint closed because it held its limit of "+
+		"%d, by reason: evicted (the one idle the longest, to make room for a new one) or refused (a new one, with every held one inside a request). "+
+		"A rise with failed scrapes says something else holds the endpoint's connections.", maxConns), []string{"reason"})
+	for _, r := range ConnsClosedReasons {
+		s.MetricsConnsClosed.WithLabelValues(r)
+	}
 	capLabels := []string{"link"}
 	s.DataUsed = gaugeVec("uplink_data_used_bytes", "Bytes a capped uplink's interface carried (received and sent) in its current billing period (CPE, uplinks[].data_cap).", capLabels)
 	s.DataCap = gaugeVec("uplink_data_cap_bytes", "A capped uplink's allowance per billing period (uplinks[].data_cap.limit).", capLabels)
@@ -202,7 +210,7 @@ func New() *Set {
 		s.Sessions, s.PeerSession, s.Handshakes, s.CookieReplies, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderStretches, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.AQMECTDrops, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
 		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.UplinkEvents, s.ControlTxBytes, s.ControlTxPackets, s.ControlLoopLate, s.FallbackDirect, s.FallbackTransitions,
-		s.DataUsed, s.DataCap, s.DataCapReached, s.DataPeriodEnd,
+		s.DataUsed, s.DataCap, s.DataCapReached, s.DataPeriodEnd, s.MetricsConnsClosed,
 	}
 	s.Registry.MustRegister(s.own...)
 	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -241,17 +249,17 @@ var idleTimeout = 3 * time.Minute
 // does not hold its connection for ever. A scrape of a headend with 200 CPEs took 64 ms.
 const writeTimeout = 30 * time.Second
 
-// Serve exposes /metrics on addr until ctx ends. It returns once the listener is bound,
-// so a bad address is reported before the daemon goes on.
-func Serve(ctx context.Context, addr string, reg *prometheus.Registry) error {
+// Serve exposes m's registry as /metrics on addr until ctx ends. It returns once the
+// listener is bound, so a bad address is reported before the daemon goes on.
+func Serve(ctx context.Context, addr string, m *Set) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("metrics: listen on %s: %w (change metrics.listen or free the port)", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout,
-		ConnState: newConnLimit(maxConns).track}
+		ConnState: newConnLimit(maxConns, m.MetricsConnsClosed).track}
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), time.Second)

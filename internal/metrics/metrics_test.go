@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 // A connection a client leaves open after its scrape is closed by the server once it
@@ -19,7 +21,7 @@ import (
 func TestServeClosesConnectionsLeftIdle(t *testing.T) {
 	defer func(d time.Duration) { idleTimeout = d }(idleTimeout)
 	idleTimeout = 200 * time.Millisecond
-	addr := serveOnFreePort(t)
+	addr, _ := serveOnFreePort(t)
 	conn, r := dial(t, addr)
 	if err := scrape(conn, r); err != nil {
 		t.Fatal(err)
@@ -35,7 +37,7 @@ func TestServeClosesConnectionsLeftIdle(t *testing.T) {
 func TestServeBoundsItsConnections(t *testing.T) {
 	defer func(n int) { maxConns = n }(maxConns)
 	maxConns = 2
-	addr := serveOnFreePort(t)
+	addr, m := serveOnFreePort(t)
 	first, r1 := dial(t, addr)
 	if err := scrape(first, r1); err != nil {
 		t.Fatal(err)
@@ -47,8 +49,9 @@ func TestServeBoundsItsConnections(t *testing.T) {
 	// A third scraper is served. (The server marks a connection idle just after its
 	// response: until it has, both count as busy and the third is turned away.)
 	third, r3 := dial(t, addr)
-	for tries := 0; scrape(third, r3) != nil; tries++ {
-		if tries == 100 {
+	refused := 0
+	for ; scrape(third, r3) != nil; refused++ {
+		if refused == 100 {
 			t.Fatal("a third scraper was turned away 100 times with both others idle")
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -58,12 +61,30 @@ func TestServeBoundsItsConnections(t *testing.T) {
 	if err := scrape(second, r2); err != nil {
 		t.Fatalf("the other idle connection: %v, want it kept", err)
 	}
+	wantClosed(t, m, 1, float64(refused))
+}
+
+// wantClosed checks aggd_metrics_connections_closed_total's two series.
+func wantClosed(t *testing.T, m *Set, evicted, refused float64) {
+	t.Helper()
+	got := func(reason string) float64 {
+		var d dto.Metric
+		if err := m.MetricsConnsClosed.WithLabelValues(reason).Write(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Counter.GetValue()
+	}
+	if got(ConnsClosedEvicted) != evicted || got(ConnsClosedRefused) != refused {
+		t.Errorf("connections closed: evicted %v, refused %v; want %v, %v",
+			got(ConnsClosedEvicted), got(ConnsClosedRefused), evicted, refused)
+	}
 }
 
 // With every held connection inside a request, a new one is closed at once, and the
 // busy ones are left alone; once one is idle again, the next new one takes its place.
 func TestConnLimitTurnsAwayConnectionsWhenAllAreBusy(t *testing.T) {
-	c := newConnLimit(2)
+	m := New()
+	c := newConnLimit(2, m.MetricsConnsClosed)
 	pipe := func() net.Conn {
 		a, b := net.Pipe()
 		t.Cleanup(func() { a.Close(); b.Close() })
@@ -82,6 +103,7 @@ func TestConnLimitTurnsAwayConnectionsWhenAllAreBusy(t *testing.T) {
 		t.Error("a connection inside a request was closed to make room")
 	}
 	c.track(late, http.StateClosed) // what the server reports for it
+	wantClosed(t, m, 0, 1)
 
 	c.track(busy2, http.StateIdle)
 	next := pipe()
@@ -90,6 +112,7 @@ func TestConnLimitTurnsAwayConnectionsWhenAllAreBusy(t *testing.T) {
 		t.Errorf("with one held connection idle: new closed %v, idle closed %v, busy closed %v; want only the idle one closed",
 			closed(next), closed(busy2), closed(busy1))
 	}
+	wantClosed(t, m, 1, 1)
 }
 
 // closed reports whether conn, one end of a net.Pipe, was closed.
@@ -98,8 +121,8 @@ func closed(conn net.Conn) bool {
 }
 
 // serveOnFreePort starts the metrics server on a free port of the loopback until the
-// test ends, and returns its address.
-func serveOnFreePort(t *testing.T) string {
+// test ends, and returns its address and metrics.
+func serveOnFreePort(t *testing.T) (string, *Set) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -111,10 +134,11 @@ func serveOnFreePort(t *testing.T) string {
 	if err := ln.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := Serve(ctx, addr, New().Registry); err != nil {
+	m := New()
+	if err := Serve(ctx, addr, m); err != nil {
 		t.Fatal(err)
 	}
-	return addr
+	return addr, m
 }
 
 // dial opens a connection to addr, closed when the test ends.
