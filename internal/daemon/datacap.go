@@ -28,8 +28,10 @@ const (
 	capPollInterval = 2 * time.Second
 	// capSaveInterval is how often the counts are saved while they change (a CPE's
 	// flash should not be rewritten every minute for years); sooner when one moved by
-	// a hundredth of its limit. A power cut (not a stop: that saves) forgets at most
-	// that much of the count.
+	// a hundredth of its limit. Each count is saved with the interface reading it
+	// counts up to, so a daemon that crashes forgets nothing (the next start counts
+	// from that reading); a power cut, which takes the interfaces' counters with it,
+	// forgets at most this much.
 	capSaveInterval = 10 * time.Minute
 )
 
@@ -47,6 +49,7 @@ type capWatch struct {
 	saved   map[string]uint64  // each meter's count at the last save
 	warned  map[string]warning // when a meter's 90 % was logged
 	saveErr bool               // the last save failed (logged once until one works)
+	boot    string             // the kernel's boot ID, saved with each meter's last reading
 }
 
 // watchDataCaps starts counting the capped uplinks of cfg, restoring the counts a
@@ -56,23 +59,33 @@ type capWatch struct {
 func watchDataCaps(ctx context.Context, log *slog.Logger, m *metrics.Set, cfg *config.CPE, cpe *tunnel.CPE) (w *capWatch, wait func()) {
 	n := len(cfg.Uplinks)
 	w = &capWatch{log: log, m: m, cpe: cpe, path: filepath.Join(cfg.StateDir, datacap.FileName),
-		meters: make([]*datacap.Meter, n), ifaces: make([]string, n)}
+		meters: make([]*datacap.Meter, n), ifaces: make([]string, n), boot: datacap.BootID()}
 	for i, u := range cfg.Uplinks {
 		w.ifaces[i] = u.Interface
 		if u.DataCap.Enabled() {
-			w.meters[i] = &datacap.Meter{Name: u.Name, Limit: uint64(u.DataCap.Limit), Schedule: schedule(u.DataCap)}
+			w.meters[i] = w.newMeter(u)
 		}
 	}
 	now := time.Now()
 	if capped := w.capped(); len(capped) > 0 {
+		if w.boot == "" {
+			log.Warn("data caps: cannot read the kernel's boot ID; what the uplinks carry while aggd is stopped will not be counted",
+				"file", datacap.BootIDFile)
+		}
 		restored, err := datacap.Load(w.path, now, capped)
 		if err != nil {
 			log.Warn("data caps: counting this period from zero", "err", err)
 		}
-		w.poll(now)
+		before := make([]uint64, n)
 		for i, mt := range w.meters {
 			if mt != nil {
-				w.logCounting(mt, i, slices.Contains(restored, mt.Name))
+				before[i] = mt.Used()
+			}
+		}
+		w.poll(now) // a restored meter's first reading adds what its line carried while aggd was stopped
+		for i, mt := range w.meters {
+			if mt != nil {
+				w.logCounting(mt, i, slices.Contains(restored, mt.Name), mt.Used()-min(mt.Used(), before[i]))
 			}
 		}
 	}
@@ -95,9 +108,17 @@ func (w *capWatch) capped() []*datacap.Meter {
 	return out
 }
 
-func (w *capWatch) logCounting(mt *datacap.Meter, i int, restored bool) {
+// newMeter is a meter for uplink u's data cap.
+func (w *capWatch) newMeter(u config.Uplink) *datacap.Meter {
+	return &datacap.Meter{Name: u.Name, Limit: uint64(u.DataCap.Limit), Schedule: schedule(u.DataCap), Boot: w.boot}
+}
+
+// logCounting says that an uplink's traffic is counted, from which count: restored
+// from the state file, and stopped the bytes its interface carried while aggd was not
+// running (since the count was saved).
+func (w *capWatch) logCounting(mt *datacap.Meter, i int, restored bool, stopped uint64) {
 	w.log.Info("data cap: counting the uplink's traffic", "link", mt.Name, "limit_bytes", mt.Limit,
-		"used_bytes", mt.Used(), "restored", restored,
+		"used_bytes", mt.Used(), "restored", restored, "while_stopped_bytes", stopped,
 		"period_start", mt.PeriodStart().Format(time.RFC3339), "period_end", mt.PeriodEnd().Format(time.RFC3339),
 		"interface", w.ifaces[i])
 }
@@ -122,10 +143,10 @@ func (w *capWatch) apply(ups []config.Uplink) (changed []string) {
 			w.cpe.SetCapReached(i, false)
 			w.log.Info("reload: data cap removed; the uplink carries traffic by its class again", "link", u.Name)
 		case mt == nil:
-			mt = &datacap.Meter{Name: u.Name, Limit: uint64(u.DataCap.Limit), Schedule: schedule(u.DataCap)}
+			mt = w.newMeter(u)
 			w.meters[i] = mt
 			mt.Observe(now, datacap.Counters{}, false) // into its period; counting from the next reading
-			w.logCounting(mt, i, false)
+			w.logCounting(mt, i, false, 0)
 		case mt.Limit == uint64(u.DataCap.Limit) && mt.Schedule == schedule(u.DataCap):
 			continue
 		default:

@@ -229,3 +229,65 @@ func TestStoreRejectsAForeignFile(t *testing.T) {
 		}
 	}
 }
+
+// A restart counts what the interface carried while aggd was stopped: in the same
+// boot, from the reading the count was saved with; after a reboot, everything the
+// interface counted since (its counters started again from zero); from an interface
+// created anew, all of its counters. A file from before readings were saved, or a
+// meter that knows no boot ID, counts from the first reading, as before.
+func TestRestartCountsWhatTheLineCarriedWhileStopped(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	now := at("2026-11-26 13:00")
+	lte := &Meter{Name: "lte", Limit: 1 << 30, Schedule: Schedule{Monthly, 1}, Boot: "boot-a"}
+	lte.Observe(now, Counters{Index: 4, Rx: 10000, Tx: 5000}, true)
+	lte.Observe(now, Counters{Index: 4, Rx: 10600, Tx: 5400}, true) // +1000
+	if err := Save(path, []*Meter{lte}); err != nil {
+		t.Fatal(err)
+	}
+	later := at("2026-11-26 14:00")
+	for _, c := range []struct {
+		what  string
+		boot  string
+		first Counters
+		want  uint64
+	}{
+		{"the same boot", "boot-a", Counters{Index: 4, Rx: 11600, Tx: 5900}, 1000 + 1500},
+		{"the same boot, the interface created anew", "boot-a", Counters{Index: 6, Rx: 300, Tx: 200}, 1000 + 500},
+		{"after a reboot", "boot-b", Counters{Index: 4, Rx: 700, Tx: 100}, 1000 + 800},
+		{"no boot ID known", "", Counters{Index: 4, Rx: 11600, Tx: 5900}, 1000},
+	} {
+		m := &Meter{Name: "lte", Limit: 1 << 30, Schedule: Schedule{Monthly, 1}, Boot: c.boot}
+		if restored, err := Load(path, later, []*Meter{m}); err != nil || len(restored) != 1 {
+			t.Fatalf("%s: restored %v, %v", c.what, restored, err)
+		}
+		m.Observe(later, c.first, true)
+		if m.Used() != c.want {
+			t.Errorf("%s: used %d after the first reading, want %d", c.what, m.Used(), c.want)
+		}
+	}
+
+	// A file written before readings were kept: the first reading is a baseline.
+	old := filepath.Join(t.TempDir(), FileName)
+	if err := os.WriteFile(old, []byte(`{"version": 1, "uplinks": {"lte": {"period_start": "2026-11-01T00:00:00+01:00", "used_bytes": 1000}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := &Meter{Name: "lte", Limit: 1 << 30, Schedule: Schedule{Monthly, 1}, Boot: "boot-a"}
+	if _, err := Load(old, later, []*Meter{m}); err != nil {
+		t.Fatal(err)
+	}
+	m.Observe(later, Counters{Index: 4, Rx: 11600, Tx: 5900}, true)
+	if m.Used() != 1000 {
+		t.Errorf("from a file without a reading: used %d after the first reading, want 1000", m.Used())
+	}
+
+	// In another period the saved count is spent, and so is the gap: its split
+	// between the periods is unknown.
+	dec := &Meter{Name: "lte", Limit: 1 << 30, Schedule: Schedule{Monthly, 1}, Boot: "boot-a"}
+	if restored, err := Load(path, at("2026-12-02 09:00"), []*Meter{dec}); err != nil || len(restored) != 0 {
+		t.Fatalf("in December: restored %v, %v; want nothing", restored, err)
+	}
+	dec.Observe(at("2026-12-02 09:00"), Counters{Index: 4, Rx: 11600, Tx: 5900}, true)
+	if dec.Used() != 0 {
+		t.Errorf("in December: used %d after the first reading, want 0", dec.Used())
+	}
+}

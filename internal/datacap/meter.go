@@ -17,6 +17,11 @@ type Meter struct {
 	Name     string
 	Limit    uint64
 	Schedule Schedule
+	// Boot is the running kernel's boot ID (BootID): saved with the last reading, it
+	// tells a restart whether the interface's counters went on while aggd was stopped
+	// (the same boot) or started again from zero (another). Empty: what the interface
+	// carries while aggd is stopped is not counted.
+	Boot string
 
 	start time.Time // the current period's start; zero before the first reading
 	used  uint64
@@ -75,6 +80,22 @@ func (m *Meter) Restore(now time.Time, periodStart time.Time, used uint64) bool 
 	}
 	m.used = used
 	return true
+}
+
+// resume takes the last reading a previous run saved in this period (nil: none), so
+// that the first reading counts what the interface carried while aggd was stopped:
+// from that reading on, in the same boot (counters that went on); everything the
+// interface has counted, after a reboot (counters that started again from zero after
+// the reading). It is for the period Restore took the count of; across a period's end
+// the split of the gap between the periods is unknown, and the old count is dropped.
+func (m *Meter) resume(r *reading) {
+	switch {
+	case r == nil || m.Boot == "":
+	case r.Boot == m.Boot:
+		m.last, m.seen = Counters{Index: r.Index, Rx: r.Rx, Tx: r.Tx}, true
+	default:
+		m.last, m.seen = Counters{}, true // index 0 is no interface's: all of the next reading counts
+	}
 }
 
 // Used is what the uplink carried in the current period, in bytes.

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -26,11 +27,36 @@ type stateFile struct {
 type record struct {
 	PeriodStart time.Time `json:"period_start"`
 	UsedBytes   uint64    `json:"used_bytes"`
+	// LastReading is the reading UsedBytes counts up to (absent in files written
+	// before it was kept, and when aggd knows no boot ID: then a restart counts from
+	// its first reading, and what the line carried while aggd was stopped is lost).
+	LastReading *reading `json:"last_reading,omitempty"`
+}
+
+// reading is an interface's counters as a meter last read them, and in which boot.
+type reading struct {
+	Boot  string `json:"boot_id"`
+	Index int    `json:"ifindex"`
+	Rx    uint64 `json:"rx_bytes"`
+	Tx    uint64 `json:"tx_bytes"`
+}
+
+// BootIDFile holds the running kernel's boot ID, a random UUID drawn at each boot.
+const BootIDFile = "/proc/sys/kernel/random/boot_id"
+
+// BootID reads the running kernel's boot ID ("" if it cannot be read).
+func BootID() string {
+	data, err := os.ReadFile(BootIDFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
 }
 
 // Load reads the counts a previous run saved and gives each meter the one of its
-// uplink (by name) if it is for the current period. It returns the names of the
-// meters restored. A missing file is no error: nothing was saved yet.
+// uplink (by name) if it is for the current period, with the reading it counts up to,
+// so that the meter's first reading adds what the interface carried since. It returns
+// the names of the meters restored. A missing file is no error: nothing was saved yet.
 func Load(path string, now time.Time, meters []*Meter) ([]string, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -49,6 +75,7 @@ func Load(path string, now time.Time, meters []*Meter) ([]string, error) {
 	var restored []string
 	for _, m := range meters {
 		if r, ok := st.Uplinks[m.Name]; ok && m.Restore(now, r.PeriodStart, r.UsedBytes) {
+			m.resume(r.LastReading)
 			restored = append(restored, m.Name)
 		}
 	}
@@ -60,9 +87,14 @@ func Load(path string, now time.Time, meters []*Meter) ([]string, error) {
 func Save(path string, meters []*Meter) error {
 	st := stateFile{Version: fileVersion, Uplinks: map[string]record{}}
 	for _, m := range meters {
-		if !m.start.IsZero() {
-			st.Uplinks[m.Name] = record{PeriodStart: m.start, UsedBytes: m.used}
+		if m.start.IsZero() {
+			continue
 		}
+		r := record{PeriodStart: m.start, UsedBytes: m.used}
+		if m.seen && m.Boot != "" {
+			r.LastReading = &reading{Boot: m.Boot, Index: m.last.Index, Rx: m.last.Rx, Tx: m.last.Tx}
+		}
+		st.Uplinks[m.Name] = r
 	}
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {

@@ -65,19 +65,7 @@ func TestDataCapMakesAnUplinkABackup(t *testing.T) {
 	}
 
 	// The count is on disk, for this month.
-	var st struct {
-		Uplinks map[string]struct {
-			PeriodStart time.Time `json:"period_start"`
-			UsedBytes   uint64    `json:"used_bytes"`
-		} `json:"uplinks"`
-	}
-	data, err := os.ReadFile(filepath.Join(stateDir, "data-usage.json"))
-	if err != nil {
-		t.Fatalf("no usage file in state_dir: %v", err)
-	}
-	if err := json.Unmarshal(data, &st); err != nil {
-		t.Fatalf("usage file: %v\n%s", err, data)
-	}
+	st, data := readUsage(t, stateDir)
 	if r, ok := st.Uplinks["up3"]; !ok || r.UsedBytes < 16<<20 || r.PeriodStart.Day() != 1 {
 		t.Errorf("usage file holds %+v for up3; want at least 16 MiB in a period from the 1st\n%s", r, data)
 	}
@@ -85,16 +73,33 @@ func TestDataCapMakesAnUplinkABackup(t *testing.T) {
 		t.Errorf("usage file holds up1, which has no cap:\n%s", data)
 	}
 
-	// Killed (no final save) and started again: up3 stays capped.
+	// Killed (no final save) and started again: up3 stays capped. While the CPE is
+	// down, a few MiB cross up3 outside the bond (the router's own traffic, say): the
+	// restarted CPE counts them, from the interface reading saved with the count.
 	kill(t, b.cpe)
+	savedUsed := savedUsage(t, stateDir, "up3")
+	n.Start("hub", filepath.Join(b.dir, "iperf-up3.log"), "iperf3", "-s", "-1", "-B", "10.98.3.1", "-p", "5299")
+	time.Sleep(300 * time.Millisecond)
+	before := interfaceBytes(t, b, "up3")
+	n.Run("cpe", "iperf3", "-c", "10.98.3.1", "-p", "5299", "-B", "10.98.3.2", "-n", "4M")
+	whileStopped := interfaceBytes(t, b, "up3") - before
+	if whileStopped < 1<<20 {
+		t.Fatalf("up3 carried %d bytes of the direct transfer; want a few MiB (the test would prove nothing)", whileStopped)
+	}
 	args := append([]string{aggdBinary, "cpe", "--config", filepath.Join(b.dir, "cpe.yaml")},
 		strings.Fields(os.Getenv("AGGD_E2E_DAEMON_ARGS"))...)
 	restartLog := filepath.Join(b.dir, "cpe-restart.log")
 	b.cpe = b.Start("cpe", restartLog, args...)
 	b.waitReady(t)
-	if line := logLine(t, restartLog, "data cap: counting", "link=up3"); !strings.Contains(line, "restored=true") {
+	line = logLine(t, restartLog, "data cap: counting", "link=up3")
+	if !strings.Contains(line, "restored=true") {
 		t.Errorf("the restarted CPE did not take up3's count from the file: %q", line)
 	}
+	if used := b.metric(t, "cpe", `aggd_uplink_data_used_bytes{link="up3"}`); used < float64(savedUsed+whileStopped) {
+		t.Errorf("after the restart up3 has %v bytes used; want at least the %d saved and the %d it carried while the CPE was down\n%s",
+			used, savedUsed, whileStopped, line)
+	}
+	t.Logf("up3 carried %d bytes while the CPE was down; restarted CPE: %s", whileStopped, line)
 	if v := b.metric(t, "cpe", reached); v != 1 {
 		t.Errorf("after the restart %s = %v, want 1", reached, v)
 	}
@@ -121,6 +126,39 @@ func TestDataCapMakesAnUplinkABackup(t *testing.T) {
 	if share := b.up3Share(t); share < 0.3 {
 		t.Errorf("after its cap was raised up3 carried %.2f of the data; want its share of about 0.6", share)
 	}
+}
+
+// usageFile is what the tests read of the data caps' state file.
+type usageFile struct {
+	Uplinks map[string]struct {
+		PeriodStart time.Time `json:"period_start"`
+		UsedBytes   uint64    `json:"used_bytes"`
+	} `json:"uplinks"`
+}
+
+// readUsage reads the data caps' state file in stateDir, and returns it raw too.
+func readUsage(t *testing.T, stateDir string) (usageFile, []byte) {
+	t.Helper()
+	var st usageFile
+	data, err := os.ReadFile(filepath.Join(stateDir, "data-usage.json"))
+	if err != nil {
+		t.Fatalf("no usage file in state_dir: %v", err)
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		t.Fatalf("usage file: %v\n%s", err, data)
+	}
+	return st, data
+}
+
+// savedUsage is the count the state file in stateDir holds for link.
+func savedUsage(t *testing.T, stateDir, link string) uint64 {
+	t.Helper()
+	st, data := readUsage(t, stateDir)
+	r, ok := st.Uplinks[link]
+	if !ok {
+		t.Fatalf("usage file holds no count for %s:\n%s", link, data)
+	}
+	return r.UsedBytes
 }
 
 // TestIdleStandbyLinksCostLittle: standby links (up2 overflow, up3 backup: metered LTE
