@@ -17,7 +17,8 @@
  *     Control tags cover the body too and are verified with a bounded loop;
  *     a control body longer than AGGD_CTRL_BODY_MAX, or one cut by IPv4
  *     fragmentation, is passed to the daemon unverified (it verifies again).
- * Handshake messages pass: the daemon checks their mac and rate-limits them.
+ * Handshake messages pass, but for INITs beyond a rate (below): the daemon
+ * checks their mac and rate-limits them.
  * Bodies (bad_length, bad_body) and replay are left to the later stages.
  *
  * Counted twice: per reason in shield_stats, and per link and reason in
@@ -85,6 +86,60 @@ struct {
 	__type(key, __be32);
 	__type(value, struct aggd_session);
 } sessions SEC(".maps");
+
+/*
+ * INITs without a mac2, admitted at most one per init_interval_ns (0: no
+ * limit), with bursts of init_burst_ns ahead of that schedule; set by the
+ * loader. Each one the daemon reads costs it a receive, a mac check and, once
+ * its own handshake limit is spent, a cookie reply (docs/wire-format.md,
+ * "Handshake floods"): beyond a few thousand a second that read loop, which
+ * also reads every CPE's data, falls behind. An INIT with a mac2 is not
+ * limited here: it proves its source with a cookie only the daemon can check,
+ * and the daemon limits each source. (A flooder who sets the flag on forged
+ * INITs gets past this gate, and costs the daemon a mac2 check each.)
+ */
+const volatile __u64 init_interval_ns = 0;
+const volatile __u64 init_burst_ns = 0;
+
+/*
+ * The gate's schedule (a generic cell rate algorithm): tat is when the next
+ * INIT is due. One cell for all CPUs, under a spin lock: a flood spread over
+ * the CPUs is held to the rate as a whole.
+ */
+struct shield_init_gate {
+	struct bpf_spin_lock lock;
+	__u64 tat;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct shield_init_gate);
+} shield_init_gate SEC(".maps");
+
+/* Whether an INIT may go on to the daemon: 1, or 0 when over the rate. */
+static __always_inline int shield_init_admitted(const struct aggd_hdr *hdr)
+{
+	struct shield_init_gate *g;
+	__u32 key = 0;
+	__u64 now, tat;
+	int ok;
+
+	if (!init_interval_ns || (hdr->flags & AGGD_FLAG_MAC2))
+		return 1;
+	g = bpf_map_lookup_elem(&shield_init_gate, &key);
+	if (!g)
+		return 1;
+	now = bpf_ktime_get_ns();
+	bpf_spin_lock(&g->lock);
+	tat = g->tat > now ? g->tat : now;
+	ok = tat - now <= init_burst_ns;
+	if (ok)
+		g->tat = tat + init_interval_ns;
+	bpf_spin_unlock(&g->lock);
+	return ok;
+}
 
 static __always_inline void shield_count(enum aggd_reason reason, const struct aggd_hdr *hdr)
 {
@@ -191,6 +246,9 @@ int aggd_xdp_shield(struct xdp_md *ctx)
 		reason = hdr ? aggd_hdr_check(hdr) : AGGD_REASON_TRUNCATED;
 	if (reason == AGGD_REASON_NONE && hdr)
 		reason = shield_auth(hdr, body_len, c.end);
+	if (reason == AGGD_REASON_NONE && hdr && aggd_hdr_type(hdr) == AGGD_TYPE_HANDSHAKE_INIT &&
+	    !shield_init_admitted(hdr))
+		reason = AGGD_REASON_RATE_LIMITED;
 
 	shield_count(reason, hdr);
 	return reason == AGGD_REASON_NONE ? XDP_PASS : XDP_DROP;

@@ -2,7 +2,6 @@ package bpf
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -14,12 +13,17 @@ import (
 
 // setTunnelPort sets an object's tunnel_port constant before it is loaded.
 func setTunnelPort(spec *ebpf.CollectionSpec, port uint16) error {
-	v, ok := spec.Variables["tunnel_port"]
+	return setVariable(spec, "tunnel_port", port)
+}
+
+// setVariable sets one of an object's constants (const volatile) before it is loaded.
+func setVariable(spec *ebpf.CollectionSpec, name string, value any) error {
+	v, ok := spec.Variables[name]
 	if !ok {
-		return errors.New("object has no tunnel_port variable (rebuild with go generate)")
+		return fmt.Errorf("object has no %s variable (rebuild with go generate)", name)
 	}
-	if err := v.Set(port); err != nil {
-		return fmt.Errorf("set tunnel port: %w", err)
+	if err := v.Set(value); err != nil {
+		return fmt.Errorf("set %s: %w", name, err)
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -70,23 +72,34 @@ type SessionKey struct {
 // generations, and as bad_tag if the tag does not verify. Control tags (which
 // cover the body) are verified for bodies up to 1444 bytes; longer bodies and
 // IPv4 first fragments of control messages pass unverified, as do handshake
-// messages: the daemon verifies everything it receives again.
+// messages, but for INITs without a mac2 beyond the loader's InitLimit
+// (rate_limited): the daemon verifies everything it receives again.
 type Shield struct {
 	objs shieldObjects
 }
 
 // LoadShield loads the XDP shield for the given tunnel UDP port into the
-// kernel. The caller must Close it.
+// kernel, with no limit on INITs. The caller must Close it.
 func LoadShield(tunnelPort uint16) (*Shield, error) {
-	return LoadShieldPinned(tunnelPort, "")
+	return LoadShieldPinned(tunnelPort, InitLimit{}, "")
 }
 
-// LoadShieldPinned is LoadShield with the maps pinned in dir (see
-// loadCollection): the session keys and counters an earlier daemon pinned
-// there are adopted.
-func LoadShieldPinned(tunnelPort uint16, dir string) (*Shield, error) {
+// InitLimit is the shield's limit on the INITs that carry no mac2: PerSecond
+// of them (0: no limit), with bursts of up to Burst's worth ahead of that rate.
+type InitLimit struct {
+	PerSecond float64
+	Burst     time.Duration
+}
+
+// LoadShieldPinned is LoadShield with INITs limited by inits, and the maps
+// pinned in dir (see loadCollection): the session keys, counters and INIT
+// schedule an earlier daemon pinned there are adopted.
+func LoadShieldPinned(tunnelPort uint16, inits InitLimit, dir string) (*Shield, error) {
 	if tunnelPort == 0 {
 		return nil, errors.New("load shield: tunnel port must not be 0")
+	}
+	if !(inits.PerSecond >= 0) || inits.Burst < 0 {
+		return nil, fmt.Errorf("load shield: INIT limit %v per second, burst %v: want neither negative", inits.PerSecond, inits.Burst)
 	}
 	spec, err := loadShield()
 	if err != nil {
@@ -97,6 +110,15 @@ func LoadShieldPinned(tunnelPort uint16, dir string) (*Shield, error) {
 	}
 	if err := setTunnelPort(spec, tunnelPort); err != nil {
 		return nil, fmt.Errorf("load shield: %w", err)
+	}
+	if inits.PerSecond > 0 {
+		interval := uint64(min(math.MaxInt64, max(1, float64(time.Second)/inits.PerSecond)))
+		if err := setVariable(spec, "init_interval_ns", interval); err != nil {
+			return nil, fmt.Errorf("load shield: %w", err)
+		}
+		if err := setVariable(spec, "init_burst_ns", uint64(inits.Burst)); err != nil {
+			return nil, fmt.Errorf("load shield: %w", err)
+		}
 	}
 
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
@@ -274,6 +275,46 @@ func TestShieldTunnelPort(t *testing.T) {
 	checkFrame(t, s, "default port, not configured", frameSpec{payload: bad}.build(), xdpPass, "")
 	checkFrame(t, s, "configured port, bad", frameSpec{dport: 5555, payload: bad}.build(), xdpDrop, "bad_version")
 	checkFrame(t, s, "configured port, good", frameSpec{dport: 5555, payload: validData()}.build(), xdpPass, "pass")
+}
+
+// With an INIT limit, INITs without a mac2 beyond it are dropped as
+// rate_limited: at one per 1000 s with 2500 s of burst, three back to back
+// pass and the rest do not, whatever the test's own timing. INITs with a mac2
+// (the daemon checks and limits those by source) and other types are not
+// limited; without a limit (LoadShield) every INIT passes.
+func TestShieldLimitsInits(t *testing.T) {
+	needRoot(t)
+	s, err := LoadShieldPinned(DefaultTunnelPort, InitLimit{PerSecond: 0.001, Burst: 2500 * time.Second}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	addTestSession(t, s)
+	initFrame := func(flags byte, bodyLen int) []byte {
+		d := aggdDatagram(0x12, flags, make([]byte, bodyLen))
+		binary.BigEndian.PutUint32(d[4:], 0) // an INIT names no session yet
+		return frameSpec{payload: d}.build()
+	}
+	plain, mac2 := initFrame(0, 4+108), initFrame(0x02, 4+108+16)
+	for i := 1; i <= 6; i++ {
+		verdict, counted := uint32(xdpPass), "pass"
+		if i > 3 {
+			verdict, counted = xdpDrop, "rate_limited"
+		}
+		checkFrame(t, s, fmt.Sprintf("INIT %d", i), plain, verdict, counted)
+	}
+	for i := 1; i <= 6; i++ {
+		checkFrame(t, s, fmt.Sprintf("INIT with a mac2 %d, the limit spent", i), mac2, xdpPass, "pass")
+	}
+	checkFrame(t, s, "data, the limit spent", frameSpec{payload: validData()}.build(), xdpPass, "pass")
+
+	open := loadShieldT(t, DefaultTunnelPort)
+	for i := 1; i <= 6; i++ {
+		checkFrame(t, open, fmt.Sprintf("INIT %d, no limit", i), plain, xdpPass, "pass")
+	}
+	if _, err := LoadShieldPinned(DefaultTunnelPort, InitLimit{PerSecond: -1}, ""); err == nil {
+		t.Error("a negative INIT limit was taken")
+	}
 }
 
 // Counters are per CPU and Stats sums them: runs pinned to different CPUs,

@@ -38,6 +38,16 @@ type attachment struct {
 	index int
 }
 
+// shieldInits is the shield's limit on the INITs that carry no mac2, before the
+// daemon reads them. Each one the daemon reads costs it a receive, a mac check and,
+// under a flood, a cookie reply: 14-15 µs at 5000 a second on a 2-vCPU machine, and
+// the pings through the bond did not notice; at about 7000 the read loop, which also
+// reads every CPE's data, fell behind (41 µs each) and the pings took up to 37 ms
+// (BENCHMARKS.md, "Reconnecting during a handshake flood"). 5000 a second is 50 times
+// the responder's own limit, so a CPE's INIT still finds its cookie reply in most
+// floods; the burst (500 INITs) takes a headend restart's herd of CPEs.
+var shieldInits = bpf.InitLimit{PerSecond: 5000, Burst: 100 * time.Millisecond}
+
 // startShield loads and attaches the shield. Failing to do so is not fatal: the
 // daemon checks every packet itself too, so it goes on without, and says why.
 //
@@ -46,7 +56,7 @@ type attachment struct {
 // passing until its sessions are retired. With more, the shield is kept even when it
 // is attached nowhere yet: the caller attaches it to interfaces as they come.
 func startShield(log *slog.Logger, port uint16, ifaces []string, more bool, reg *prometheus.Registry, pins string) *shield {
-	prog, err := bpf.LoadShieldPinned(port, pins)
+	prog, err := bpf.LoadShieldPinned(port, shieldInits, pins)
 	if err != nil {
 		log.Warn("XDP shield not loaded; the daemon checks every packet itself (slower under attack)", "err", err)
 		return nil

@@ -217,8 +217,9 @@ func BenchmarkReconnectDuringFlood(b *testing.B) {
 	for _, r := range []int{0, rate, 4 * rate} {
 		c := floodCost(b, n, bd, r)
 		res.Cost = append(res.Cost, c)
-		b.Logf("a flood of %d INITs a second (%.0f sent a second): the headend used %.1f %% of a CPU; pings through the bond %.2f ms on average, %.2f ms at worst",
-			r, c.SentPerSecond, c.HeadendCPUPercent, c.PingAvgMillis, c.PingMaxMillis)
+		b.Logf("a flood of %d INITs a second (%.0f sent a second; the XDP shield dropped %.0f a second, the headend sent %.0f cookie replies a second): "+
+			"the headend used %.1f %% of a CPU; pings through the bond %.2f ms on average, %.2f ms at worst",
+			r, c.SentPerSecond, c.ShieldLimitedPerSecond, c.CookiesPerSecond, c.HeadendCPUPercent, c.PingAvgMillis, c.PingMaxMillis)
 	}
 	writeJSON(b, "handshake-flood.json", res)
 }
@@ -230,7 +231,17 @@ type floodCostResult struct {
 	HeadendCPUPercent float64 `json:"headend_cpu_percent"`
 	PingAvgMillis     float64 `json:"ping_avg_ms"`
 	PingMaxMillis     float64 `json:"ping_max_ms"`
+	// What became of the INITs: dropped by the headend's XDP shield over its limit,
+	// and answered with a cookie reply by the daemon.
+	ShieldLimitedPerSecond float64 `json:"shield_rate_limited_per_second"`
+	CookiesPerSecond       float64 `json:"cookie_replies_sent_per_second"`
 }
+
+// The headend's counters of what became of a flood's INITs.
+const (
+	shieldLimited = `aggd_xdp_packets_total{reason="rate_limited"}`
+	cookiesSent   = `aggd_handshake_cookie_replies_total{direction="sent"}`
+)
 
 // floodCost floods the headend at rate INITs a second while a LAN host pings the server
 // through the bond every 10 ms for 3 s, and measures the headend's CPU meanwhile.
@@ -240,11 +251,14 @@ func floodCost(b *testing.B, n *testnet.Net, bd *bond, rate int) floodCostResult
 	defer f.stop()
 	time.Sleep(500 * time.Millisecond)
 	pid := bd.headend.Cmd.Process.Pid
+	l0, c0 := bd.metricOr0("hub", shieldLimited), bd.metricOr0("hub", cookiesSent)
 	j0, s0, t0 := procJiffies(pid), f.sent.Load(), time.Now()
 	out, err := bd.Try("lan", "ping", "-i", "0.01", "-c", "300", "-W", "1", server)
 	wall := time.Since(t0).Seconds()
 	r := floodCostResult{Rate: rate, SentPerSecond: float64(f.sent.Load()-s0) / wall,
-		HeadendCPUPercent: 100 * float64(procJiffies(pid)-j0) / userHZ / wall}
+		HeadendCPUPercent:      100 * float64(procJiffies(pid)-j0) / userHZ / wall,
+		ShieldLimitedPerSecond: (bd.metricOr0("hub", shieldLimited) - l0) / wall,
+		CookiesPerSecond:       (bd.metricOr0("hub", cookiesSent) - c0) / wall}
 	m := pingRTTs.FindStringSubmatch(out)
 	if err != nil || m == nil {
 		b.Fatalf("ping through the bond during a flood of %d INITs a second: %v\n%s", rate, err, out)
