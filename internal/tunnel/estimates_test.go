@@ -90,6 +90,69 @@ func TestSampleLossesAreThePeersGaps(t *testing.T) {
 	}
 }
 
+// The peer's FEEDBACK timestamps are 32-bit microseconds, which tell newer from older
+// only within 35.8 minutes. After 40 minutes without a report (every link dead, the
+// session kept) the next report's timestamp looks older than the last one's: it is
+// taken all the same, where it used to be ignored as stale, with every report after it
+// for another half hour. A report that really is older, arriving just after a newer
+// one, is still ignored.
+func TestFeedbackAfterALongSilenceIsTaken(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	t.Cleanup(s.close)
+	s.addLink(LinkSpec{ID: 0, Name: "lte"}, func(*link, []byte) error { return nil })
+	t0 := time.Unix(1000, 0)
+	report := func(at time.Duration, rx uint32) uint32 {
+		peerTime := uint32(at / time.Microsecond)
+		s.onFeedback(t0.Add(at), peerTime, wire.FeedbackBody{Counter: uint64(at), Links: []wire.LinkReport{
+			{LinkID: 0, RxPackets: rx, RxBytes: uint64(rx) * 1500, HighestLinkSeq: rx}}})
+		return peerTime
+	}
+	taken := func() uint32 {
+		s.feedbackMu.Lock()
+		defer s.feedbackMu.Unlock()
+		return s.lastFeedback
+	}
+	report(0, 10)
+	before := report(100*time.Millisecond, 20)
+	after := report(40*time.Minute, 30)
+	if int32(after-before) > 0 {
+		t.Fatal("setup: 40 minutes should put the peer's timestamp half its range or more ahead")
+	}
+	if taken() != after {
+		t.Fatalf("the report 40 minutes after the last one was ignored as stale (peer time %d, newest taken %d)", after, taken())
+	}
+	report(40*time.Minute-50*time.Millisecond, 29) // sent before the last one, arriving after it
+	if taken() != after {
+		t.Fatalf("a report older than the newest one taken was taken (newest now %d, want %d)", taken(), after)
+	}
+}
+
+// A link's estimator sample is not stretched over a long silence of the peer's reports:
+// the first report after it starts a new sample. One across the silence measured the
+// silence (a rate near nothing), and its span, in the peer's 32-bit microseconds, would
+// be wrong by 71.6 minutes for each time they wrapped meanwhile.
+func TestNoSampleAcrossALongSilence(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	t.Cleanup(s.close)
+	l := s.addLink(LinkSpec{ID: 0, Name: "lte"}, func(*link, []byte) error { return nil })
+	t0 := time.Unix(1000, 0)
+	report := func(at time.Duration, rx uint32) (estimate.Sample, bool) {
+		l.txData.Add(10 * 1500)
+		return l.onFeedback(t0.Add(at), uint32(at/time.Microsecond), wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500, HighestLinkSeq: rx}, true)
+	}
+	report(0, 0)
+	if _, ok := report(100*time.Millisecond, 10); !ok {
+		t.Fatal("setup: 10 packets in 100 ms made no sample")
+	}
+	if smp, ok := report(80*time.Minute, 20); ok {
+		t.Fatalf("a sample across 80 minutes of silence: %+v", smp)
+	}
+	smp, ok := report(80*time.Minute+100*time.Millisecond, 30)
+	if !ok || smp.Interval != 100*time.Millisecond || smp.Packets != 10 {
+		t.Fatalf("the first sample after the silence: %+v (ok %v), want 10 packets in 100 ms", smp, ok)
+	}
+}
+
 // A link whose probe train measured nothing starts at estimate.StartRate; next to a
 // link a train did measure, which takes a whole TCP flow with only a few milliseconds of
 // queue, the scheduler gives it nothing, so it completes no sample for a second at a

@@ -153,6 +153,11 @@ func bestTwo(links []*link, ok func(*link) bool) []*link {
 	return routes
 }
 
+// feedbackOrderSpan is how long after the last FEEDBACK taken a report's timestamp
+// still decides whether it is stale (onFeedback), and how long a gap between a link's
+// reports may be for them to make one estimator sample (link.onFeedback).
+const feedbackOrderSpan = 10 * time.Second
+
 // period is one link's sample that a FEEDBACK completed.
 type period struct {
 	l   *link
@@ -168,12 +173,17 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 	// FEEDBACK goes out on whichever link is best at the moment, so an older one can
 	// arrive after a newer one. Its cumulative counters would then run backwards, and a
 	// difference of them wrap: a stale report once made a 3 Mbit/s link look like
-	// 34 Pbit/s. Only reports newer than the last one count.
-	if s.haveFeedback && int32(peerTime-s.lastFeedback) <= 0 {
+	// 34 Pbit/s. Only reports newer than the last one count. The peer's timestamps are
+	// 32-bit microseconds, which tell newer from older only within 35 minutes: after a
+	// longer silence (every link dead, the session kept) a new report would look older
+	// than the last one before it, and every report would be ignored for up to 35
+	// minutes more. Reports cross each other only within an RTT or two, so after
+	// feedbackOrderSpan without one the next is taken whatever its timestamp.
+	if s.haveFeedback && now.Sub(s.lastFeedbackAt) < feedbackOrderSpan && int32(peerTime-s.lastFeedback) <= 0 {
 		s.log.Debug("stale FEEDBACK ignored", "peer_time_us", peerTime, "newest_us", s.lastFeedback)
 		return
 	}
-	s.lastFeedback, s.haveFeedback = peerTime, true
+	s.lastFeedback, s.haveFeedback, s.lastFeedbackAt = peerTime, true, now
 	if s.fp != nil {
 		s.mergeFastTx(s.allLinks())
 	}

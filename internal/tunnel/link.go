@@ -114,9 +114,11 @@ type link struct {
 	// the address the uplink's socket was re-bound to when its address changed
 	// (uplinkevents.go).
 	sent sentLog
-	// rescuedThrough is the link sequence number up to which the link's packets in
-	// flight were copied to another link (rescue.go). Guarded by the session's txMu.
-	rescuedThrough uint32
+	// rescuedThrough is how many of the link's logged packets (sent.n) its last rescue
+	// took in: those had their copies (rescue.go). A count, not a link sequence number:
+	// a number kept while 2^31 packets went by would look ahead of the newest, and the
+	// next rescue would find nothing in flight. Guarded by the session's txMu.
+	rescuedThrough uint64
 	offline        atomic.Bool
 	rebound        atomic.Pointer[netip.AddrPort]
 	// noEvidence: found down and nothing heard on it since, so the resequencer does
@@ -578,6 +580,7 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reportMetrics(now, r)
+	gap := now.Sub(l.prevAt) // since the link's last report
 	if !l.prevAt.IsZero() {
 		progress := r.RxPackets != l.prevReport.RxPackets
 		if progress {
@@ -605,7 +608,10 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 		l.m.jitter.Set(l.jitterUs / 1e6)
 	}
 	sent, blocked := l.txData.Load(), l.blockedNs.Load()
-	if !l.smpStarted {
+	if !l.smpStarted || gap > feedbackOrderSpan {
+		// A sample across a long silence of the peer's reports (every link dead)
+		// measures the silence, and its span, in the peer's 32-bit microseconds,
+		// would be wrong by multiples of 71 minutes: this report starts a new one.
 		l.startSample(r, peerTime, sent, blocked)
 		return smp, false
 	}

@@ -95,13 +95,11 @@ func (g *sentLog) takeUnacked(last uint32) (sent []SentEntry, incomplete bool) {
 	return sent, incomplete
 }
 
-// after returns the logged packets sent after link sequence number from and after the
-// peer's last report, oldest first, leaving the log as it is. Caller holds txMu.
-func (g *sentLog) after(from uint32) []SentEntry {
-	if acked := g.acked.Load(); wire.SeqAfter(acked, from) {
-		from = acked
-	}
-	return g.newest(g.countAfter(from))
+// unackedSince returns the logged packets sent after the peer's last report that are
+// also among those logged after the first n, oldest first, leaving the log as it is.
+// Caller holds txMu.
+func (g *sentLog) unackedSince(n uint64) []SentEntry {
+	return g.newest(min(g.countAfter(g.acked.Load()), g.n-min(n, g.n)))
 }
 
 // find returns the logged packet that carried link sequence number linkSeq, if the log

@@ -309,7 +309,7 @@ func TestLossNoticeLeavesOutCopiedPackets(t *testing.T) {
 	}
 	p.send(40)
 	p.pump()
-	logged := p.tx.link(1).sent.after(0)
+	logged := p.tx.link(1).sent.unackedSince(0)
 	if len(logged) == 0 {
 		t.Fatal("setup: no packet was sent on suspect link 1")
 	}
@@ -339,8 +339,11 @@ func TestSentLog(t *testing.T) {
 	g.record(11, 99, true) // a copy of global seq 99, sent on another link first
 	g.ack(7)
 	g.ack(3) // an older report changes nothing
-	if got := g.after(8); len(got) != 3 || got[0].LinkSeq != 9 || !got[2].Copy {
-		t.Fatalf("after(8) = %v, want link seqs 9, 10 and the copy 11", got)
+	if got := g.unackedSince(8); len(got) != 3 || got[0].LinkSeq != 9 || !got[2].Copy {
+		t.Fatalf("unackedSince(8) = %v, want link seqs 9, 10 and the copy 11 (logged after the first 8)", got)
+	}
+	if got := g.unackedSince(2); len(got) != 4 || got[0].LinkSeq != 8 {
+		t.Fatalf("unackedSince(2) = %v, want link seqs 8 to 11 (after the report of 7)", got)
 	}
 	sent, incomplete := g.takeUnacked(11)
 	if want := []uint32{116, 118, 120}; !equalIDs(seqsOf(sent), want) || incomplete {

@@ -165,8 +165,8 @@ func (s *Session) planRescue(l *link) rescuePlan {
 	live := slices.DeleteFunc(slices.Clone(p.to), func(r *link) bool { return !r.healthy(at) }) // refuges that can cover
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
-	inFlight := l.sent.after(l.rescuedThrough)
-	l.rescuedThrough = l.sentLinkSeq()
+	inFlight := l.sent.unackedSince(l.rescuedThrough)
+	l.rescuedThrough = l.sent.n
 	p.logged = len(inFlight)
 	for _, e := range inFlight {
 		switch {

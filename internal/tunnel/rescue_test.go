@@ -130,6 +130,37 @@ func TestCopiesOfArrivedPacketsAreDuplicates(t *testing.T) {
 	}
 }
 
+// A link that has carried 2^31 packets since its last rescue (a few days of a busy
+// home link, hours of a fast one) still has its packets in flight copied when it goes
+// silent. The mark of what the last rescue took in was a link sequence number, 0 at
+// first: once the link's numbers were 2^31 past it, it looked ahead of them, and the
+// rescue found nothing in flight until they wrapped, another 2^31 packets on.
+func TestRescueAfterHalfTheLinkSequenceSpace(t *testing.T) {
+	p := newPipePair(t)
+	// As if 2^31 packets had gone on link 1, all of them reported by the peer.
+	p.tx.link(1).txLinkSeq.Store(1<<31 + 1000)
+	p.tx.link(1).sent.acked.Store(1<<31 + 1000)
+	p.step(0)
+	p.send(40)
+	p.pump()
+	p.feedback() // the peer reports them: they are not in flight any more
+	p.mu.Lock()
+	p.dead[1] = true
+	p.mu.Unlock()
+	p.send(40)
+	p.pump()
+	inFlight := p.droppedTx[1]
+	if inFlight == 0 {
+		t.Fatal("setup: nothing was sent on link 1 after it died")
+	}
+	for range 4 {
+		p.step(20 * time.Millisecond)
+	}
+	if got := gauge(p.txM.Rescued.WithLabelValues("peer")); got != float64(inFlight) {
+		t.Fatalf("rescued packets metric = %v, want the %d sent on link 1 after it died", got, inFlight)
+	}
+}
+
 // The ring keeps a packet under its number until a newer one takes its slot.
 func TestKeptPackets(t *testing.T) {
 	var k keptPackets

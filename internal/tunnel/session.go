@@ -130,10 +130,11 @@ type Session struct {
 	// arrived from the peer: it has a link in doubt (markDoubt).
 	peerCopied atomic.Int64
 	// feedbackMu orders FEEDBACK handling; lastFeedback is the peer's timestamp of the
-	// newest one taken (haveFeedback: any yet).
-	feedbackMu   sync.Mutex
-	lastFeedback uint32
-	haveFeedback bool
+	// newest one taken (haveFeedback: any yet), lastFeedbackAt when it was taken.
+	feedbackMu     sync.Mutex
+	lastFeedback   uint32
+	haveFeedback   bool
+	lastFeedbackAt time.Time
 	// fbRxPackets is the packets our last FEEDBACK reported received on all links;
 	// until fbFlowUntil a flow counts as arriving (flowArriving, from the tick only).
 	fbRxPackets uint32
