@@ -153,6 +153,37 @@ func TestNoSampleAcrossALongSilence(t *testing.T) {
 	}
 }
 
+// One-way delays are measured as our clock less the sender's stamp, both 32-bit
+// microseconds on clocks with an arbitrary offset. With an offset just below 2^31, a
+// link whose delays vary by 4 ms has raw values on both sides of the int32 boundary:
+// read raw, the larger delays looked like the smallest, and the link's floor and the
+// queue above it were wrong by about 2^32 µs. In the session's frame (owdFrame) they
+// are what they are.
+func TestOneWayDelaysAcrossTheClockBoundary(t *testing.T) {
+	var f owdFrame
+	var a rxAccount
+	h := &wire.Header{}
+	const offset = 1<<31 - 2000 // µs: the raw delays cross 2^31 at 2 ms
+	now := uint32(123_456_789)
+	for i, delay := range []uint32{1000, 4000, 0, 3000, 2500} { // µs; 0 is the floor
+		h.LinkSeq = uint32(i + 1)
+		h.Timestamp = now - offset - delay
+		a.account(h, 100, f.rel(now, h.Timestamp), time.Unix(0, 0), true)
+		now += 10_000
+	}
+	r := a.report(0)
+	floor, last, _ := a.owd(time.Unix(0, 0), time.Second)
+	if got := r.OWDMinMicros - floor; got != 0 {
+		t.Errorf("the period's least delay is %d µs above the floor; want 0 (both are the 0-µs packet)", got)
+	}
+	if got := last - floor; got != 2500 {
+		t.Errorf("the last packet queued %d µs above the floor; want 2500", got)
+	}
+	if got := r.OWDLastMicros - r.OWDMinMicros; got != 2500 {
+		t.Errorf("the report's last delay is %d µs above its least; want 2500", got)
+	}
+}
+
 // A link whose probe train measured nothing starts at estimate.StartRate; next to a
 // link a train did measure, which takes a whole TCP flow with only a few milliseconds of
 // queue, the scheduler gives it nothing, so it completes no sample for a second at a

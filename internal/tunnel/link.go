@@ -175,8 +175,9 @@ type rxAccount struct {
 // receiver asks for repairs) what the packet's queueing says of them (rxGap,
 // repair.go). Without gapLoss (a fast path delivers most packets, so the daemon's own
 // ones have gaps that are no losses) the loss is settled from the whole link sequence
-// span at each feedback (settleLoss).
-func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time.Time, gapLoss bool) (gap rxGap) {
+// span at each feedback (settleLoss). owd is the packet's one-way delay in the
+// session's frame (owdFrame.rel).
+func (a *rxAccount) account(h *wire.Header, size int, owd int32, now time.Time, gapLoss bool) (gap rxGap) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.packets++
@@ -192,7 +193,7 @@ func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time
 	} else {
 		a.highLinkSeq, a.lowLinkSeq, a.seenAny = h.LinkSeq, h.LinkSeq, true
 	}
-	a.owdSample(int32(nowMicros - h.Timestamp))
+	a.owdSample(owd)
 	if a.repairs {
 		a.earnRepair()
 		gap.queued = a.owdLast - a.owdFloor
@@ -203,6 +204,37 @@ func (a *rxAccount) account(h *wire.Header, size int, nowMicros uint32, now time
 	}
 	a.lastArrival = now
 	return gap
+}
+
+// owdFrame turns the raw one-way delays of a session's packets (our 32-bit microsecond
+// clock less the sender's stamp, the clocks' offset included) into the session's own
+// frame: relative to the first one, plus owdFrameMargin. The raw values sit wherever
+// the clocks' offset puts them in the 32-bit range, and an offset within a second of
+// 2^31 (one pair of boots in a few thousand) put a link's delays on both sides of the
+// int32 boundary, where the larger ones read as the smallest: its floor, base delay
+// and queue went wrong for the whole session. In the frame they sit near the margin,
+// for delays that change by anything less than 35 minutes. One frame per session and
+// direction, for every link alike (the links' floors are compared), and the peer
+// only ever compares delays it reported with each other.
+type owdFrame struct {
+	ref atomic.Uint64 // 1<<32 | the frame's zero, once set; 0 before the first sample
+}
+
+// owdFrameMargin is where the session's first one-way delay sits in its frame (µs):
+// a later packet that queued less is still positive, and none is the 0 that stands
+// for "no sample" in the reports.
+const owdFrameMargin = 1 << 20
+
+// rel returns the one-way delay of a packet in the frame, from our clock (µs) and the
+// packet's stamp.
+func (f *owdFrame) rel(nowMicros, stamp uint32) int32 {
+	raw := nowMicros - stamp
+	v := f.ref.Load()
+	if v == 0 {
+		f.ref.CompareAndSwap(0, 1<<32|uint64(raw-owdFrameMargin))
+		v = f.ref.Load()
+	}
+	return int32(raw - uint32(v))
 }
 
 // owdSample records one one-way-delay sample (µs). Caller holds mu.
