@@ -20,10 +20,8 @@ func Render(w io.Writer, prev, cur *Snapshot) error {
 	if line := fastPathLine(cur); line != "" {
 		b.WriteString(line + "\n")
 	}
-	if prev != nil && cur.CookiesSent > prev.CookiesSent && cur.At.After(prev.At) {
-		fmt.Fprintf(&b, "HANDSHAKE LOAD: answering %.0f INITs a second with cookie replies (more INITs than the rate limit: "+
-			"a flood, or many CPEs at once); CPEs that prove their address with the cookie still connect\n",
-			(cur.CookiesSent-prev.CookiesSent)/cur.At.Sub(prev.At).Seconds())
+	if line := handshakeLoadLine(prev, cur); line != "" {
+		b.WriteString(line + "\n")
 	}
 	renderCaps(&b, cur.Caps)
 	if len(cur.Peers) == 0 {
@@ -40,6 +38,25 @@ func Render(w io.Writer, prev, cur *Snapshot) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// handshakeLoadLine says, from two readings of a headend, how many INITs a second it
+// answers with cookie replies and how many more its XDP shield drops ("" when neither).
+func handshakeLoadLine(prev, cur *Snapshot) string {
+	if prev == nil || !cur.At.After(prev.At) {
+		return ""
+	}
+	dt := cur.At.Sub(prev.At).Seconds()
+	cookies, shed := (cur.CookiesSent-prev.CookiesSent)/dt, (cur.InitsShed-prev.InitsShed)/dt
+	if cookies <= 0 && shed <= 0 {
+		return ""
+	}
+	line := fmt.Sprintf("HANDSHAKE LOAD: answering %.0f INITs a second with cookie replies (more INITs than the rate limit: "+
+		"a flood, or many CPEs at once); CPEs that prove their address with the cookie still connect", max(0, cookies))
+	if shed > 0 {
+		line += fmt.Sprintf("; the XDP shield drops %.0f more a second before the daemon reads them (over its limit)", shed)
+	}
+	return line
 }
 
 // renderCaps shows each capped uplink's use of its allowance in this billing period.

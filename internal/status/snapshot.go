@@ -92,8 +92,10 @@ type Snapshot struct {
 	Peers                          []*Peer // by name
 	Caps                           []*Cap  // the CPE's capped uplinks, by name
 	// CookiesSent counts a headend's cookie replies: INITs it answered so because its
-	// handshake rate limit was spent (a flood, or many CPEs at once).
+	// handshake rate limit was spent (a flood, or many CPEs at once). InitsShed counts
+	// the INITs its XDP shield dropped over its own limit, before the daemon read them.
 	CookiesSent float64
+	InitsShed   float64
 }
 
 // Cap is a CPE uplink's data cap and what it has used of it in this billing period.
@@ -179,6 +181,11 @@ func Parse(r io.Reader, at time.Time) (*Snapshot, error) {
 	for _, m := range families["aggd_handshake_cookie_replies_total"].GetMetric() {
 		if label(m, "direction") == "sent" {
 			s.CookiesSent = value(m)
+		}
+	}
+	for _, m := range families["aggd_xdp_packets_total"].GetMetric() {
+		if label(m, "reason") == "rate_limited" { // the shield limits nothing but INITs
+			s.InitsShed = value(m)
 		}
 	}
 	for _, m := range families["aggd_fastpath_packets_total"].GetMetric() {

@@ -183,17 +183,21 @@ aggd_fastpath_packets_total{direction="rx",verdict="drop_old"} 7
 // A headend answering INITs with cookie replies says so, with their rate, when two
 // readings show the count growing; a count that stands still is not load.
 func TestRenderShowsHandshakeLoad(t *testing.T) {
-	reading := func(cookies string, at time.Time) *Snapshot {
+	readingShed := func(cookies, shed string, at time.Time) *Snapshot {
 		s, err := Parse(strings.NewReader(`# TYPE aggd_build_info gauge
 aggd_build_info{goversion="go1.26",version="v1"} 1
 # TYPE aggd_handshake_cookie_replies_total counter
 aggd_handshake_cookie_replies_total{direction="received"} 7
-aggd_handshake_cookie_replies_total{direction="sent"} `+cookies+"\n"), at)
+aggd_handshake_cookie_replies_total{direction="sent"} `+cookies+`
+# TYPE aggd_xdp_packets_total counter
+aggd_xdp_packets_total{reason="bad_tag"} 3000
+aggd_xdp_packets_total{reason="rate_limited"} `+shed+"\n"), at)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
+	reading := func(cookies string, at time.Time) *Snapshot { return readingShed(cookies, "0", at) }
 	t0 := time.Now()
 	render := func(prev, cur *Snapshot) string {
 		var out strings.Builder
@@ -210,6 +214,13 @@ aggd_handshake_cookie_replies_total{direction="sent"} `+cookies+"\n"), at)
 	}
 	if out := render(nil, reading("6000", t0)); strings.Contains(out, "HANDSHAKE LOAD") {
 		t.Errorf("one reading shown as load:\n%s", out)
+	}
+	if out := render(reading("6000", t0), reading("11000", t0.Add(time.Second))); strings.Contains(out, "XDP shield") {
+		t.Errorf("a shield that dropped no INIT said to:\n%s", out)
+	}
+	out := render(readingShed("1000", "500", t0), readingShed("6000", "2500", t0.Add(time.Second)))
+	if !strings.Contains(out, "answering 5000 INITs a second") || !strings.Contains(out, "the XDP shield drops 2000 more a second") {
+		t.Errorf("a headend sending 5000 cookie replies a second while its shield drops 2000 INITs a second:\n%s", out)
 	}
 }
 
