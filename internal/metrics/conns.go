@@ -26,7 +26,7 @@ var maxConns = 16
 // connections.
 type connLimit struct {
 	max    int
-	closed *prometheus.CounterVec // by reason; nil: not counted
+	closed *prometheus.CounterVec // by reason
 	mu     sync.Mutex
 	conns  map[net.Conn]connState
 }
@@ -50,13 +50,6 @@ func newConnLimit(max int, closed *prometheus.CounterVec) *connLimit {
 	return &connLimit{max: max, closed: closed, conns: map[net.Conn]connState{}}
 }
 
-// count adds one to the closes for reason.
-func (c *connLimit) count(reason string) {
-	if c.closed != nil {
-		c.closed.WithLabelValues(reason).Inc()
-	}
-}
-
 // track is the server's ConnState hook.
 func (c *connLimit) track(conn net.Conn, state http.ConnState) {
 	c.mu.Lock()
@@ -67,12 +60,12 @@ func (c *connLimit) track(conn net.Conn, state http.ConnState) {
 			oldest := c.longestIdle()
 			if oldest == nil {
 				_ = conn.Close() // the server sees it closed and lets it go
-				c.count(ConnsClosedRefused)
+				c.closed.WithLabelValues(ConnsClosedRefused).Inc()
 				return
 			}
 			_ = oldest.Close()
 			delete(c.conns, oldest)
-			c.count(ConnsClosedEvicted)
+			c.closed.WithLabelValues(ConnsClosedEvicted).Inc()
 		}
 		c.conns[conn] = connState{}
 	case http.StateActive:

@@ -178,16 +178,8 @@ func Parse(r io.Reader, at time.Time) (*Snapshot, error) {
 	s := &Snapshot{At: at, Version: label(build.GetMetric()[0], "version")}
 	s.Sessions = single(families["aggd_sessions"])
 	s.Fallback = single(families["aggd_fallback_direct"]) == 1
-	for _, m := range families["aggd_handshake_cookie_replies_total"].GetMetric() {
-		if label(m, "direction") == "sent" {
-			s.CookiesSent = value(m)
-		}
-	}
-	for _, m := range families["aggd_xdp_packets_total"].GetMetric() {
-		if label(m, "reason") == "rate_limited" { // the shield limits nothing but INITs
-			s.InitsShed = value(m)
-		}
-	}
+	s.CookiesSent = labelled(families["aggd_handshake_cookie_replies_total"], "direction", "sent")
+	s.InitsShed = labelled(families["aggd_xdp_packets_total"], "reason", "rate_limited") // the shield limits nothing but INITs
 	for _, m := range families["aggd_fastpath_packets_total"].GetMetric() {
 		v := value(m)
 		fast := label(m, "verdict") == "fast"
@@ -337,6 +329,16 @@ func single(f *dto.MetricFamily) float64 {
 		return 0
 	}
 	return value(f.GetMetric()[0])
+}
+
+// labelled is the value of a family's sample whose label name is val (0 if none).
+func labelled(f *dto.MetricFamily, name, val string) float64 {
+	for _, m := range f.GetMetric() {
+		if label(m, name) == val {
+			return value(m)
+		}
+	}
+	return 0
 }
 
 func addTo(fast bool, v, fastSum, slowSum float64) (float64, float64) {

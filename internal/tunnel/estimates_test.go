@@ -168,7 +168,7 @@ func TestOneWayDelaysAcrossTheClockBoundary(t *testing.T) {
 	for i, delay := range []uint32{1000, 4000, 0, 3000, 2500} { // µs; 0 is the floor
 		h.LinkSeq = uint32(i + 1)
 		h.Timestamp = now - offset - delay
-		a.account(h, 100, f.rel(now, h.Timestamp), time.Unix(0, 0), true)
+		a.account(h, 100, f.rel(now-h.Timestamp), time.Unix(0, 0), true)
 		now += 10_000
 	}
 	r := a.report(0)

@@ -225,10 +225,8 @@ type owdFrame struct {
 // for "no sample" in the reports.
 const owdFrameMargin = 1 << 20
 
-// rel returns the one-way delay of a packet in the frame, from our clock (µs) and the
-// packet's stamp.
-func (f *owdFrame) rel(nowMicros, stamp uint32) int32 {
-	raw := nowMicros - stamp
+// rel returns a raw one-way delay (our clock less the packet's stamp, µs) in the frame.
+func (f *owdFrame) rel(raw uint32) int32 {
 	v := f.ref.Load()
 	if v == 0 {
 		f.ref.CompareAndSwap(0, 1<<32|uint64(raw-owdFrameMargin))

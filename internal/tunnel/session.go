@@ -717,7 +717,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 			// its link, and the link's accounting must show that: a suspect link whose
 			// copies won every race looked to the sender as if nothing arrived on it,
 			// and stayed suspect for good (quiet.go), its packets counted lost.
-			l.rx.account(h, len(pkt)+28, s.owd.rel(clock.Micros32(clock.Nanos()), h.Timestamp), now, s.fp == nil)
+			l.rx.account(h, len(pkt)+28, s.owd.rel(clock.Micros32(clock.Nanos())-h.Timestamp), now, s.fp == nil)
 			return wire.ReasonReplay, false
 		}
 	} else {
@@ -739,7 +739,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 	l.m.rxBytes.Add(float64(len(pkt) + 28))
 	if h.Type == wire.TypeData {
 		nanos := clock.Nanos()
-		gap := l.rx.account(h, len(pkt)+28, s.owd.rel(clock.Micros32(nanos), h.Timestamp), now, s.fp == nil)
+		gap := l.rx.account(h, len(pkt)+28, s.owd.rel(clock.Micros32(nanos)-h.Timestamp), now, s.fp == nil)
 		if gap.lost > 0 {
 			l.m.lost.Add(float64(gap.lost))
 		}
@@ -1100,7 +1100,7 @@ func (s *Session) mergeFastRx(links []*link, now time.Time) {
 	for _, l := range links {
 		if d, ok := delta[l.spec.ID]; ok {
 			if d.HaveOWD {
-				d.OWD = s.owd.rel(uint32(d.OWD), 0) // the kernel's raw sample, into the frame
+				d.OWD = s.owd.rel(uint32(d.OWD)) // the kernel's raw sample, into the frame
 			}
 			l.rx.addDelivered(d, time.Now())
 			l.m.rxPackets.Add(float64(d.Packets))
