@@ -7,7 +7,8 @@
  * daemon's UDP socket.
  *
  * Per packet:
- *  - not an IPv4 UDP datagram to the tunnel port: TC_ACT_OK, not counted;
+ *  - not a UDP datagram to the tunnel port behind IPv4 or a fixed IPv6
+ *    header (or an IPv6 first fragment of one): TC_ACT_OK, not counted;
  *  - aggd header cut off or failing the header checks, or a DATA body the
  *    daemon would reject (wire.CheckData): MALFORMED, passed up untouched
  *    (the daemon counts the reason; it never consumes such a packet, so the
@@ -18,16 +19,19 @@
  *    session's spin lock: deliver (FAST), drop a duplicate or late packet
  *    (DROP_OLD), or pass up (GAP, DAEMON_OWNS, DECAP_FAILED).
  *
- * Delivering means: remove outer IPv4 (with options) + UDP + aggd header
- * behind the MAC header, set skb->protocol for the inner packet, and
+ * Delivering means: remove outer IPv4 (with options) or IPv6 + UDP + aggd
+ * header behind the MAC header, set skb->protocol for the inner packet, and
  * bpf_redirect(agg0, BPF_F_INGRESS): the kernel sees the inner packet as
  * received on agg0 (a TUN device; the redirect drops the MAC header itself).
  *
- * Inner IPv6 needs skb->protocol = ETH_P_IPV6. bpf_skb_adjust_room's
- * BPF_F_ADJ_ROOM_DECAP_L3_IPV6 does that only on 6.3+, and the programs must
- * run on Debian 12's 6.1. bpf_skb_change_proto(ETH_P_IPV6) exists since 4.8:
- * it sets the protocol and inserts 20 bytes (the IPv6/IPv4 header size
- * difference) behind the MAC header, which the shrink then removes too.
+ * An inner packet of the other IP version than the outer header needs
+ * skb->protocol changed. bpf_skb_adjust_room's BPF_F_ADJ_ROOM_DECAP_L3_*
+ * do that only on 6.3+, and the programs must run on Debian 12's 6.1.
+ * bpf_skb_change_proto exists since 4.8: it sets the protocol and inserts
+ * (to IPv6) or removes (to IPv4) 20 bytes, the header size difference,
+ * behind the MAC header; the shrink then takes that into account. The outer
+ * UDP checksum is not verified, over IPv6 either: as the IPv4 one the sender
+ * leaves at 0, the link's own CRC stands for it.
  *
  * Decisions and failures. The decision to deliver advances next under the
  * lock, so the packet must not get lost afterwards. Everything that can make
@@ -209,8 +213,10 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	struct aggd_fp_rx_divert *divert;
 	struct aggd_fp_rx_order *order;
 	struct aggd_ipv4_hdr *ip;
+	struct aggd_ipv6_hdr *ip6;
 	struct aggd_udp_hdr *udp;
 	struct aggd_hdr *hdr = NULL;
+	enum aggd_reason reason;
 	enum aggd_order_pkt pkt = AGGD_ORDER_CAN;
 	__u8 inner[RX_INNER_PEEK] = {};
 	__u32 body_len = 0, l2, iphl, ip_len, outer_len, inner_off, seq, link_seq, tstamp;
@@ -218,19 +224,43 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	__u8 link_id;
 	__be32 session;
 	__be16 proto;
-	int is_v6 = 0;
+	int is_v6 = 0, outer_v6;
 	long err;
 
-	/* --- 1. Ours? Exactly the shield's classification. --- */
-	if (aggd_parse_eth(&c, &proto) < 0 || proto != bpf_htons(ETH_P_IP))
+	/* --- 1. Ours? The shield's classification, and IPv6 first fragments
+	 * (which the shield leaves to the daemon). --- */
+	if (aggd_parse_eth(&c, &proto) < 0)
 		return TC_ACT_OK;
 	l2 = c.pos - (void *)(long)skb->data;
-	if (aggd_parse_ipv4_udp_to(&c, tunnel_port, &ip, &udp) < 0)
+	if (proto == bpf_htons(ETH_P_IP)) {
+		if (aggd_parse_ipv4_udp_to(&c, tunnel_port, &ip, &udp) < 0)
+			return TC_ACT_OK;
+		reason = aggd_locate_hdr(&c, ip, udp, &hdr, &body_len);
+		iphl = aggd_ipv4_hlen(ip);
+		ip_len = aggd_bound16(bpf_ntohs(ip->tot_len));
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		ip6 = aggd_parse_ipv6(&c);
+		if (!ip6)
+			return TC_ACT_OK;
+		if (ip6->nexthdr == IPPROTO_UDP) {
+			udp = aggd_parse_udp_to(&c, tunnel_port);
+			if (!udp)
+				return TC_ACT_OK;
+			reason = aggd_locate_hdr6(&c, ip6, udp, &hdr, &body_len);
+		} else if (aggd_parse_ipv6_first_fragment_to(&c, ip6, tunnel_port, &udp) == 0) {
+			reason = aggd_locate_hdr6_first_fragment(&c, ip6, udp, &hdr, &body_len);
+		} else {
+			return TC_ACT_OK;
+		}
+		iphl = sizeof(*ip6);
+		ip_len = sizeof(*ip6) + aggd_bound16(bpf_ntohs(ip6->payload_len));
+	} else {
 		return TC_ACT_OK;
+	}
+	outer_v6 = proto == bpf_htons(ETH_P_IPV6);
 
 	/* --- 2. A whole, valid header; DATA only. --- */
-	if (aggd_locate_hdr(&c, ip, udp, &hdr, &body_len) != AGGD_REASON_NONE || !hdr ||
-	    aggd_hdr_check(hdr) != AGGD_REASON_NONE)
+	if (reason != AGGD_REASON_NONE || !hdr || aggd_hdr_check(hdr) != AGGD_REASON_NONE)
 		return rx_count(AGGD_FP_RX_MALFORMED), TC_ACT_OK;
 	if (aggd_hdr_type(hdr) != AGGD_TYPE_DATA)
 		return rx_count(AGGD_FP_RX_NOT_DATA), TC_ACT_OK;
@@ -242,8 +272,6 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	link_seq = bpf_ntohl(hdr->link_seq);
 	tstamp = bpf_ntohl(hdr->tstamp);
 	link_id = hdr->link_id;
-	iphl = aggd_ipv4_hlen(ip);
-	ip_len = aggd_bound16(bpf_ntohs(ip->tot_len));
 	outer_len = iphl + RX_OUTER_FIXED;
 	inner_off = l2 + outer_len;
 
@@ -257,8 +285,8 @@ int aggd_tc_rx(struct __sk_buff *skb)
 		    rx_check_body(inner, body_len, &is_v6) < 0)
 			return rx_count(AGGD_FP_RX_MALFORMED), TC_ACT_OK;
 	} else {
-		/* An IPv4 first fragment: the stack reassembles it for the
-		 * daemon, which will consume one DATA packet. */
+		/* A first fragment: the stack reassembles it for the daemon,
+		 * which will consume one DATA packet. */
 		pkt = AGGD_ORDER_CANNOT;
 	}
 
@@ -282,8 +310,8 @@ int aggd_tc_rx(struct __sk_buff *skb)
 		 * the tags it knows before tc) or trailing bytes behind the
 		 * datagram (in the frame or in the IPv4 packet) would make the
 		 * result wrong. */
-		if (agg0 == 0 || l2 != ETH_HLEN || skb->protocol != bpf_htons(ETH_P_IP) ||
-		    skb->len != l2 + ip_len || ip_len != outer_len + body_len)
+		if (agg0 == 0 || l2 != ETH_HLEN || skb->protocol != proto || skb->len != l2 + ip_len ||
+		    ip_len != outer_len + body_len)
 			pkt = AGGD_ORDER_CANNOT;
 		/* Linear and writable up to the inner header's first bytes:
 		 * then the shrink below has nothing left to allocate. */
@@ -324,12 +352,18 @@ int aggd_tc_rx(struct __sk_buff *skb)
 
 	/* --- 6. Deliver. next has moved past seq: from here a failure is a
 	 * loss (see the top of the file). --- */
-	if (is_v6) {
+	if (is_v6 == outer_v6) {
+		err = bpf_skb_adjust_room(skb, -(__s32)outer_len, BPF_ADJ_ROOM_MAC, 0);
+	} else if (is_v6) {
+		/* Inserts 20 bytes behind the MAC header. */
 		err = bpf_skb_change_proto(skb, bpf_htons(ETH_P_IPV6), 0);
 		if (!err)
 			err = bpf_skb_adjust_room(skb, -(__s32)(outer_len + 20), BPF_ADJ_ROOM_MAC, 0);
 	} else {
-		err = bpf_skb_adjust_room(skb, -(__s32)outer_len, BPF_ADJ_ROOM_MAC, 0);
+		/* Removes 20 bytes behind the MAC header. */
+		err = bpf_skb_change_proto(skb, bpf_htons(ETH_P_IP), 0);
+		if (!err)
+			err = bpf_skb_adjust_room(skb, -(__s32)(outer_len - 20), BPF_ADJ_ROOM_MAC, 0);
 	}
 	if (err)
 		return rx_count(AGGD_FP_RX_DECAP_FAILED), TC_ACT_SHOT;

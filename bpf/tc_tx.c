@@ -16,9 +16,13 @@
  *     NO_LINK, a chosen Ethernet link whose gateway is not resolved NO_NEIGH
  *     (decided before the packet is touched, so the slow path gets it whole);
  *  5. numbers from tx_seq (shared with the daemon through mmap, atomic adds);
- *  6. outer IPv4 + UDP + aggd header (aggd_encap.h), tag, and out: Ethernet
- *     links with bpf_redirect_neigh via the gateway, L3 links with
- *     bpf_redirect. The copy leaves first, through bpf_clone_redirect.
+ *  6. outer IPv4 or IPv6 (the link's) + UDP + aggd header (aggd_encap.h),
+ *     tag, and out: Ethernet links with bpf_redirect_neigh via the gateway,
+ *     L3 links with bpf_redirect. The copy leaves first, through
+ *     bpf_clone_redirect; when it goes over the other IP version,
+ *     bpf_skb_change_proto resizes the outer header for the original.
+ *     Over IPv6 the UDP checksum is real (aggd_encap.h), which means summing
+ *     the inner packet (tx_inner_sum) before the numbers are taken.
  * Every packet is counted in tx_verdicts; packets the fast path sent also
  * per session and link in tx_link_stats, and those without a copy in the
  * link's tx_sent_log (for the daemon's loss notices).
@@ -49,7 +53,8 @@
 #include "aggd_ecn.h"
 #include "aggd_encap.h"
 
-#define AGGD_AF_INET 2 /* AF_INET, which no uapi header reachable here defines */
+#define AGGD_AF_INET 2   /* AF_INET, which no uapi header reachable here defines */
+#define AGGD_AF_INET6 10 /* AF_INET6, likewise */
 
 /*
  * How many bytes sit in front of the inner IP header: 0 on agg0 (a TUN
@@ -144,6 +149,23 @@ struct {
 	__type(key, __u32);
 	__type(value, struct aggd_fp_sent_log);
 } tx_sent_log SEC(".maps");
+
+/*
+ * Scratch for tx_bytes_sum, per CPU: one chunk of the packet, and room for
+ * the zero padding behind a last chunk of odd length.
+ */
+#define TX_SUM_CHUNK 512  /* a power of two, and bpf_csum_diff's largest */
+#define TX_SUM_CHUNKS 20 /* 10240 bytes: more than a jumbo frame's 9000 */
+struct tx_sum_buf {
+	__u8 b[TX_SUM_CHUNK + 4];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tx_sum_buf);
+} tx_sum_scratch SEC(".maps");
 
 static __always_inline void tx_count(enum aggd_fp_tx_verdict v)
 {
@@ -242,68 +264,255 @@ static __always_inline int tx_route_key(struct __sk_buff *skb, __u32 l2, struct 
 	return -1;
 }
 
+/*
+ * The ones' complement sum (aggd_csum.h) of len bytes at off (at most 16 KiB
+ * in: the inner packet's start), as 16-bit words from off. Chunks in the linear part are summed where
+ * they lie; others (a non-linear packet, the last chunk) are copied out first,
+ * as bpf_csum_diff reads memory only. Every chunk but the last is even, so
+ * the words line up. Returns the 32-bit partial sum, or -1 if the bytes could
+ * not be read or there are more than TX_SUM_CHUNKS chunks.
+ *
+ * Global functions, this and tx_inner_sum: the verifier checks each once, on
+ * its own, instead of its loop again at every call.
+ */
+__noinline __s64 tx_bytes_sum(struct __sk_buff *skb, __u32 off, __u32 len)
+{
+	__u32 key = 0;
+	struct tx_sum_buf *buf = bpf_map_lookup_elem(&tx_sum_scratch, &key);
+	__s64 sum = 0;
+
+	if (!buf || off > 0x3fff)
+		return -1;
+	for (int i = 0; i < TX_SUM_CHUNKS; i++) {
+		__u64 done = (__u64)i * TX_SUM_CHUNK, n, pos;
+		void *data = (void *)(long)skb->data;
+		void *end = (void *)(long)skb->data_end;
+		void *p;
+
+		if (done >= len)
+			return sum;
+		n = (__u64)len - done;
+		/* Bounded for the verifier (the barriers keep clang from
+		 * dropping the mask, or from recomputing p for the call). */
+		pos = off;
+		aggd_barrier_var(pos);
+		pos = (pos & 0x3fff) + done; /* + the chunk stays below 64 KiB */
+		p = data + pos;
+		aggd_barrier_var(p);
+		if (n >= TX_SUM_CHUNK && p + TX_SUM_CHUNK <= end) {
+			sum = bpf_csum_diff(NULL, 0, p, TX_SUM_CHUNK, (__u32)sum);
+			if (sum < 0)
+				return -1;
+			continue;
+		}
+		if (n > TX_SUM_CHUNK)
+			n = TX_SUM_CHUNK;
+		/* 1 to TX_SUM_CHUNK (done < len), in a form the verifier sees on
+		 * the register that indexes buf and sizes the copy, 6.1's too;
+		 * the barrier keeps clang from dropping the no-op mask. */
+		aggd_barrier_var(n);
+		n = ((n - 1) & (TX_SUM_CHUNK - 1)) + 1;
+		/* The bytes behind an odd tail count as zeros (RFC 1071). */
+		*(__u32 *)&buf->b[n & ~3ULL] = 0;
+		if (bpf_skb_load_bytes(skb, off + done, buf->b, n))
+			return -1;
+		sum = bpf_csum_diff(NULL, 0, (__be32 *)buf->b, (n + 3) & ~3ULL, (__u32)sum);
+		if (sum < 0)
+			return -1;
+	}
+	return len <= TX_SUM_CHUNKS * TX_SUM_CHUNK ? sum : -1;
+}
+
+/*
+ * The sum of the inner packet's len bytes at l2 as they will leave through
+ * the uplink (the outer UDP checksum over IPv6 covers them): as they are,
+ * except that an inner TCP or UDP checksum still pending counts as filled in.
+ * Filled in, it makes its segment sum to the complement of the segment's
+ * pseudo-header sum (aggd_csum_segment_final), so a pending one spares the
+ * pass over the payload: the header's sum and that complement are the whole.
+ * Inner fragments, IPv6 extension headers and other protocols are summed as
+ * they are. Returns -1 if the bytes could not be read.
+ */
+__noinline __s64 tx_inner_sum(struct __sk_buff *skb, __u32 l2, __u32 len)
+{
+	__u8 ip[40];
+	__u32 hlen, l4len, pseudo, check_off;
+	__u16 check, p;
+	__s64 hs;
+	__u8 proto;
+
+	if (len < 20 || bpf_skb_load_bytes(skb, l2, ip, 20))
+		return tx_bytes_sum(skb, l2, len);
+	if ((ip[0] >> 4) == 4) {
+		hlen = (__u32)(ip[0] & 0x0f) * 4;
+		/* A fragment (MF or an offset): its segment is not whole. */
+		if (hlen < 20 || ((ip[6] & 0x3f) | ip[7]) || ((__u32)ip[2] << 8 | ip[3]) != len)
+			return tx_bytes_sum(skb, l2, len);
+		proto = ip[9];
+		l4len = len - hlen;
+		pseudo = aggd_csum_pseudo4(&ip[12], &ip[16], l4len, proto);
+	} else if ((ip[0] >> 4) == 6) {
+		hlen = 40;
+		if (len < 40 || bpf_skb_load_bytes(skb, l2 + 20, &ip[20], 20) ||
+		    40 + ((__u32)ip[4] << 8 | ip[5]) != len)
+			return tx_bytes_sum(skb, l2, len);
+		proto = ip[6];
+		l4len = len - hlen;
+		pseudo = aggd_csum_pseudo6(&ip[8], &ip[24], l4len, proto);
+	} else {
+		return tx_bytes_sum(skb, l2, len);
+	}
+	if (proto == IPPROTO_TCP && l4len >= 20)
+		check_off = 16;
+	else if (proto == IPPROTO_UDP && l4len >= 8)
+		check_off = 6;
+	else
+		return tx_bytes_sum(skb, l2, len);
+	if (bpf_skb_load_bytes(skb, l2 + hlen + check_off, &check, sizeof(check)))
+		return -1;
+	p = aggd_csum_fold(pseudo);
+	if (check != p)
+		return tx_bytes_sum(skb, l2, len);
+	if (hlen == 20)
+		hs = aggd_csum_words(ip, 20);
+	else if (hlen == 40 && (ip[0] >> 4) == 6)
+		hs = aggd_csum_words(ip, 40);
+	else
+		hs = tx_bytes_sum(skb, l2, hlen); /* IPv4 options */
+	if (hs < 0)
+		return -1;
+	return aggd_csum_add((__u32)hs, (__u16)~p);
+}
+
 /* The outer headers (and the Ethernet header in front of them) in the
  * packet, or NULL: after the encapsulation they are in the linear part. */
-static __always_inline struct ethhdr *tx_outer(struct __sk_buff *skb)
+static __always_inline struct ethhdr *tx_outer(struct __sk_buff *skb, int ipv6)
 {
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 
-	if (data + ETH_HLEN + sizeof(struct aggd_outer) > end)
+	if (ipv6) {
+		if (data + ETH_HLEN + sizeof(struct aggd_outer6) > end)
+			return NULL;
+	} else if (data + ETH_HLEN + sizeof(struct aggd_outer) > end) {
 		return NULL;
+	}
 	return data;
+}
+
+static __always_inline int tx_link_ipv6(const struct aggd_fp_tx_link *l)
+{
+	return (l->flags & AGGD_FP_LINK_IPV6) != 0;
+}
+
+static __always_inline int tx_zero_addr6(const __u8 *a)
+{
+	__u32 w[4];
+
+	__builtin_memcpy(w, a, 16);
+	return (w[0] | w[1] | w[2] | w[3]) == 0;
+}
+
+static __always_inline int tx_zero_mac(const __u8 *m)
+{
+	return (m[0] | m[1] | m[2] | m[3] | m[4] | m[5]) == 0;
+}
+
+/*
+ * The Ethernet addresses a redundant copy on Ethernet link l carries (macs:
+ * destination, then source): bpf_clone_redirect sends the Ethernet header as
+ * it is. IPv6: the daemon's (aggd_fastpath.h). IPv4: the gateway's neighbour
+ * entry on the link's own interface; OUTPUT restricts the lookup to that
+ * interface (two uplinks may share a subnet), DIRECT skips the policy rules.
+ * Returns 0, or -1 if they are not known (then the copy is not sent).
+ *
+ * Called from aggd_tc_tx, not from tx_emit: the FIB lookup's frame would
+ * otherwise be added to tx_emit's, past the 512-byte stack.
+ */
+static __noinline int tx_copy_macs(struct __sk_buff *skb, const struct aggd_fp_tx_link *l, __u8 *macs)
+{
+	struct bpf_fib_lookup fib = {};
+	__be32 gw;
+
+	if (tx_link_ipv6(l)) {
+		if (tx_zero_mac(l->gw_mac))
+			return -1;
+		__builtin_memcpy(macs, l->gw_mac, ETH_ALEN);
+		__builtin_memcpy(macs + ETH_ALEN, l->src_mac, ETH_ALEN);
+		return 0;
+	}
+	gw = aggd_addr4(l->gateway);
+	fib.family = AGGD_AF_INET;
+	fib.ifindex = l->ifindex;
+	fib.ipv4_src = aggd_addr4(l->saddr);
+	fib.ipv4_dst = gw ? gw : aggd_addr4(l->daddr);
+	if (bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_DIRECT | BPF_FIB_LOOKUP_OUTPUT) !=
+		    BPF_FIB_LKUP_RET_SUCCESS ||
+	    fib.ifindex != l->ifindex)
+		return -1;
+	__builtin_memcpy(macs, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(macs + ETH_ALEN, fib.smac, ETH_ALEN);
+	return 0;
 }
 
 /*
  * Write the headers for link slot `link` of session s into the packet, and
  * for a redundant copy (AGGD_FLAG_DUPLICATE in a->flags) send a clone of the
- * packet out of the link's interface. Returns 0 when done; -1 if the packet
- * is not what the encapsulation left (cannot happen short of a kernel
- * change), or the copy could not be sent.
+ * packet out of the link's interface, with the Ethernet addresses macs
+ * (tx_copy_macs; NULL on an L3 link, or for the original, whose Ethernet
+ * header bpf_redirect_neigh replaces). The packet has room for the link's
+ * outer headers (IPv4 or IPv6) behind its MAC header. Returns 0 when done;
+ * -1 if the packet is not what the encapsulation left (cannot happen short
+ * of a kernel change), or the copy could not be sent.
  *
  * A subprogram rather than inline code: its stack frame (outer headers,
- * SipHash state, FIB lookup) is then not added to aggd_tc_tx's, which is
- * what keeps the program within the 512-byte stack. Called after the lock
- * is released.
+ * SipHash state) is then not added to aggd_tc_tx's, which is what keeps the
+ * program within the 512-byte stack. Called after the lock is released.
  */
 static __noinline int tx_emit(struct __sk_buff *skb, const struct aggd_fp_tx_session *s, __u32 link,
-			      const struct aggd_encap_args *a)
+			      const struct aggd_encap_args *a, const __u8 *macs)
 {
 	const struct aggd_fp_tx_link *l = &s->links[link & AGGD_FP_SLOT_MASK];
-	int copy = a->flags & AGGD_FLAG_DUPLICATE;
-	struct bpf_fib_lookup fib = {};
-	const __u8 *dmac = NULL, *smac = NULL;
-	struct aggd_outer o;
+	int copy = a->flags & AGGD_FLAG_DUPLICATE, v6 = tx_link_ipv6(l);
+	struct aggd_sipkey k = aggd_sipkey_from_bytes(s->key);
+	union {
+		struct aggd_outer v4;
+		struct aggd_outer6 v6;
+	} o;
 	struct ethhdr *eth;
 
-	if (copy && (l->flags & AGGD_FP_LINK_ETHERNET)) {
-		/* bpf_clone_redirect sends the Ethernet header as it is, so
-		 * the copy needs the real addresses: the gateway's neighbour
-		 * entry on the link's own interface. OUTPUT restricts the
-		 * lookup to that interface (two uplinks may share a subnet),
-		 * DIRECT skips the policy rules. */
-		fib.family = AGGD_AF_INET;
-		fib.ifindex = l->ifindex;
-		fib.ipv4_src = l->saddr;
-		fib.ipv4_dst = l->gateway ? l->gateway : l->daddr;
-		if (bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_DIRECT | BPF_FIB_LOOKUP_OUTPUT) !=
-			    BPF_FIB_LKUP_RET_SUCCESS ||
-		    fib.ifindex != l->ifindex)
-			return -1;
-		dmac = fib.dmac;
-		smac = fib.smac;
-	}
-
-	aggd_encap_build(&o, s, l, aggd_sipkey_from_bytes(s->key), a);
-	eth = tx_outer(skb);
+	eth = tx_outer(skb, v6);
 	if (!eth)
 		return -1;
-	aggd_encap_eth(eth, dmac, smac);
-	*(struct aggd_outer *)(eth + 1) = o;
+	aggd_encap_eth(eth, macs, v6);
+	if (v6) {
+		aggd_encap_build6(&o.v6, s, l, k, a);
+		*(struct aggd_outer6 *)(eth + 1) = o.v6;
+	} else {
+		aggd_encap_build(&o.v4, s, l, k, a);
+		*(struct aggd_outer *)(eth + 1) = o.v4;
+	}
 
 	if (copy && bpf_clone_redirect(skb, l->ifindex, 0))
 		return -1;
 	return 0;
+}
+
+/* Room for link l's outer headers behind the MAC header (none on agg0),
+ * with the encapsulation flags that set skb->protocol for the outer header.
+ * A pending inner checksum (CHECKSUM_PARTIAL, e.g. forwarded from a veth)
+ * stays pending: csum_start moves with the inner header, and the uplink's
+ * transmit fills it in (a NIC, or the kernel in software on the veth uplinks
+ * the daemon turns checksum offload off on). */
+static __always_inline long tx_make_room(struct __sk_buff *skb, int ipv6)
+{
+	if (ipv6)
+		return bpf_skb_adjust_room(skb, AGGD_OVERHEAD6, BPF_ADJ_ROOM_MAC,
+					   BPF_F_ADJ_ROOM_ENCAP_L3_IPV6 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
+						   BPF_F_ADJ_ROOM_ENCAP_L2(AGGD_HDR_LEN) | BPF_F_ADJ_ROOM_FIXED_GSO);
+	return bpf_skb_adjust_room(skb, AGGD_OVERHEAD, BPF_ADJ_ROOM_MAC,
+				   BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
+					   BPF_F_ADJ_ROOM_ENCAP_L2(AGGD_HDR_LEN) | BPF_F_ADJ_ROOM_FIXED_GSO);
 }
 
 /*
@@ -338,9 +547,9 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	struct aggd_sched_choice c = {};
 	struct aggd_encap_args args = {};
 	__u32 slot, inner_len, seq = 0, seq_a = 0, seq_d = 0;
+	__u8 macs[2 * ETH_ALEN];
 	__u64 now;
-	int best, dup = -1, sent_copy = 0, drop;
-	long ret;
+	int best, dup = -1, sent_copy = 0, drop, v6_best, v6_dup;
 
 	if (tx_route_key(skb, l2, &key))
 		return tx_slow(AGGD_FP_TX_NOT_IP);
@@ -405,6 +614,19 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	dup = c.dup;
 	if (dup >= 0)
 		dup &= AGGD_FP_SLOT_MASK;
+	la = &sess->links[best & AGGD_FP_SLOT_MASK];
+	v6_best = tx_link_ipv6(la);
+	v6_dup = dup >= 0 && tx_link_ipv6(&sess->links[dup & AGGD_FP_SLOT_MASK]);
+
+	/* An outer IPv6 header needs the inner packet's sum: taken before
+	 * anything is charged, so a failure leaves the packet to the slow path. */
+	if (v6_best || v6_dup) {
+		__s64 sum = tx_inner_sum(skb, l2, inner_len);
+
+		if (sum < 0)
+			return tx_slow(AGGD_FP_TX_ENCAP_FAILED);
+		args.inner_sum = (__u32)sum;
+	}
 
 	/*
 	 * The numbers are taken under the lock too (the verifier allows
@@ -424,18 +646,10 @@ int aggd_tc_tx(struct __sk_buff *skb)
 		seq_d = __sync_fetch_and_add(&seqv->link_seq[dup], 1);
 	bpf_spin_unlock(&sched->lock);
 
-	la = &sess->links[best & AGGD_FP_SLOT_MASK];
-
-	/* Room for the outer headers behind the MAC header (none on agg0).
-	 * On failure nothing has changed: the slow path sends the packet.
-	 * A pending inner checksum (CHECKSUM_PARTIAL, e.g. forwarded from a
-	 * veth) stays pending: csum_start moves with the inner header, and the
-	 * uplink's transmit fills it in (a NIC, or the kernel in software on the
-	 * veth uplinks the daemon turns checksum offload off on). */
-	ret = bpf_skb_adjust_room(skb, AGGD_OVERHEAD, BPF_ADJ_ROOM_MAC,
-				  BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L4_UDP |
-					  BPF_F_ADJ_ROOM_ENCAP_L2(AGGD_HDR_LEN) | BPF_F_ADJ_ROOM_FIXED_GSO);
-	if (ret)
+	/* Room for the first packet's outer headers: the copy's, if there is
+	 * one, else the original's. On failure nothing has changed: the slow
+	 * path sends the packet. */
+	if (tx_make_room(skb, dup >= 0 ? v6_dup : v6_best))
 		return tx_slow(AGGD_FP_TX_ENCAP_FAILED);
 	/* Both redirect helpers need a MAC header in front of the network
 	 * header: bpf_redirect_neigh drops the packet without one (§9) and
@@ -449,13 +663,26 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	args.tstamp = (__u32)(now / 1000);
 	args.inner_len = inner_len;
 	if (dup >= 0) {
+		const struct aggd_fp_tx_link *ld = &sess->links[dup & AGGD_FP_SLOT_MASK];
+
 		args.flags = AGGD_FLAG_DUPLICATE;
 		args.link_seq = seq_d;
-		sent_copy = tx_emit(skb, sess, dup, &args) == 0;
+		if (!(ld->flags & AGGD_FP_LINK_ETHERNET))
+			sent_copy = tx_emit(skb, sess, dup, &args, NULL) == 0;
+		else if (tx_copy_macs(skb, ld, macs) == 0)
+			sent_copy = tx_emit(skb, sess, dup, &args, macs) == 0;
+		/* The copy went over the other IP version: change the outer
+		 * header's size and skb->protocol for the original (the
+		 * helper inserts or removes the 20 bytes behind the MAC header). */
+		if (v6_dup != v6_best &&
+		    bpf_skb_change_proto(skb, v6_best ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP), 0)) {
+			tx_count(AGGD_FP_TX_ENCAP_FAILED);
+			return TC_ACT_SHOT;
+		}
 	}
 	args.flags = 0;
 	args.link_seq = seq_a;
-	if (tx_emit(skb, sess, best, &args)) {
+	if (tx_emit(skb, sess, best, &args, NULL)) {
 		tx_count(AGGD_FP_TX_ENCAP_FAILED);
 		return TC_ACT_SHOT;
 	}
@@ -468,11 +695,19 @@ int aggd_tc_tx(struct __sk_buff *skb)
 		tx_log_sent(slot, best, seq_a, seq);
 
 	if (la->flags & AGGD_FP_LINK_ETHERNET) {
-		struct bpf_redir_neigh nh = {
-			.nh_family = AGGD_AF_INET,
-			.ipv4_nh = la->gateway ? la->gateway : la->daddr,
-		};
+		struct bpf_redir_neigh nh = {};
 
+		if (v6_best) {
+			const __u8 *hop = tx_zero_addr6(la->gateway) ? la->daddr : la->gateway;
+
+			nh.nh_family = AGGD_AF_INET6;
+			__builtin_memcpy(nh.ipv6_nh, hop, 16);
+		} else {
+			__be32 gw = aggd_addr4(la->gateway);
+
+			nh.nh_family = AGGD_AF_INET;
+			nh.ipv4_nh = gw ? gw : aggd_addr4(la->daddr);
+		}
 		return bpf_redirect_neigh(la->ifindex, &nh, sizeof(nh), 0);
 	}
 	return bpf_redirect(la->ifindex, 0);

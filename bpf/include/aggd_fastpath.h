@@ -55,6 +55,7 @@ struct aggd_fp_route_key {
 /* aggd_fp_tx_link.flags */
 #define AGGD_FP_LINK_ETHERNET 0x01 /* redirect with bpf_redirect_neigh via gateway; else bpf_redirect (L3 uplink) */
 #define AGGD_FP_LINK_NEIGH_OK 0x02 /* the daemon saw the gateway's neighbour entry resolved */
+#define AGGD_FP_LINK_IPV6 0x04     /* outer IPv6 (16-byte addresses); else IPv4, in the addresses' first 4 bytes */
 
 /* One uplink of a session, as the daemon configures it. */
 struct aggd_fp_tx_link {
@@ -62,12 +63,19 @@ struct aggd_fp_tx_link {
 	__u8 link_id;   /* the header's Link ID */
 	__u8 state;     /* AGGD_FP_LINK_* */
 	__u8 cls;       /* AGGD_LINK_CLASS_* (aggd_wire.h) */
-	__u8 flags;     /* AGGD_FP_LINK_ETHERNET | AGGD_FP_LINK_NEIGH_OK */
-	__be32 saddr;   /* outer source (wire order) */
-	__be32 daddr;   /* outer destination (wire order) */
+	__u8 flags;     /* AGGD_FP_LINK_ETHERNET | AGGD_FP_LINK_NEIGH_OK | AGGD_FP_LINK_IPV6 */
 	__be16 sport;   /* outer UDP source port (wire order) */
 	__be16 dport;   /* outer UDP destination port (wire order) */
-	__be32 gateway; /* next hop for bpf_redirect_neigh (wire order); 0: daddr is on-link */
+	/* An IPv6 Ethernet link's next hop's and own MAC addresses, as the daemon
+	 * last saw them: what a redundant copy (bpf_clone_redirect, which sends
+	 * the Ethernet header as it is) carries. An IPv4 link's copy asks
+	 * bpf_fib_lookup instead; for IPv6 that refuses link-local next hops,
+	 * which IPv6 default routes mostly are. All zeros: no copies. */
+	__u8 gw_mac[6];
+	__u8 src_mac[6];
+	__u8 saddr[16];   /* outer source (wire order) */
+	__u8 daddr[16];   /* outer destination (wire order) */
+	__u8 gateway[16]; /* next hop for bpf_redirect_neigh (wire order); all zeros: daddr is on-link */
 	__u64 rate_bps; /* the rate the scheduler assumes, bits/s; 0 = link unusable */
 	__u32 base_owd_us; /* base one-way delay relative to the session's fastest link */
 	__u32 pad;
@@ -237,8 +245,10 @@ struct aggd_fp_rx_link_stats {
 };
 
 _Static_assert(sizeof(struct aggd_fp_route_key) == 24, "route key is 24 bytes");
-_Static_assert(sizeof(struct aggd_fp_tx_link) == 40, "tx link is 40 bytes");
-_Static_assert(sizeof(struct aggd_fp_tx_session) == 32 + 40 * AGGD_FP_MAX_LINKS, "tx session layout");
+_Static_assert(sizeof(struct aggd_fp_tx_link) == 88, "tx link is 88 bytes");
+_Static_assert(__builtin_offsetof(struct aggd_fp_tx_link, saddr) == 24, "addresses 4-aligned");
+_Static_assert(__builtin_offsetof(struct aggd_fp_tx_link, rate_bps) == 72, "rate 8-aligned");
+_Static_assert(sizeof(struct aggd_fp_tx_session) == 32 + 88 * AGGD_FP_MAX_LINKS, "tx session layout");
 _Static_assert(__builtin_offsetof(struct aggd_fp_tx_session, links) == 32, "links at 32");
 _Static_assert(sizeof(struct aggd_fp_tx_seq) == 8 + 8 * AGGD_FP_MAX_LINKS, "tx seq layout");
 _Static_assert((AGGD_FP_SENT_LOG & (AGGD_FP_SENT_LOG - 1)) == 0, "sent log size is a power of two");

@@ -279,4 +279,50 @@ aggd_locate_hdr6(struct aggd_cursor *c, struct aggd_ipv6_hdr *ip6, struct aggd_u
 	return aggd_locate_in_ip(c, (void *)(ip6 + 1) + payload, payload, 0, udp, hdrp, body_lenp);
 }
 
+/* The IPv6 fragment header (RFC 8200 §4.5). */
+struct aggd_ipv6_frag_hdr {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off; /* offset in 8-byte units << 3 | M */
+	__be32 id;
+};
+
+#define AGGD_IPPROTO_FRAGMENT 44
+#define AGGD_IP6_OFFSET 0xfff8
+
+/*
+ * The first fragment of a datagram behind a fixed IPv6 header and a fragment
+ * header, aimed at port: the receive program must count it as one DATA packet
+ * the daemon consumes, as an IPv4 first fragment (the stack reassembles it for
+ * the daemon's socket). Returns 0 with the UDP header stored and the cursor
+ * behind it, -1 for anything else (a later fragment has no UDP header).
+ */
+static __always_inline int aggd_parse_ipv6_first_fragment_to(struct aggd_cursor *c, struct aggd_ipv6_hdr *ip6,
+							     __u16 port, struct aggd_udp_hdr **udpp)
+{
+	struct aggd_ipv6_frag_hdr *fh = c->pos;
+
+	if (ip6->nexthdr != AGGD_IPPROTO_FRAGMENT || (void *)(fh + 1) > c->end)
+		return -1;
+	if (fh->nexthdr != IPPROTO_UDP || (fh->frag_off & bpf_htons(AGGD_IP6_OFFSET)))
+		return -1;
+	c->pos = fh + 1;
+	*udpp = aggd_parse_udp_to(c, port);
+	return *udpp ? 0 : -1;
+}
+
+/* aggd_locate_hdr6 for such a first fragment: the body length is
+ * AGGD_BODY_LEN_PARTIAL. */
+static __always_inline enum aggd_reason
+aggd_locate_hdr6_first_fragment(struct aggd_cursor *c, struct aggd_ipv6_hdr *ip6, struct aggd_udp_hdr *udp,
+				struct aggd_hdr **hdrp, __u32 *body_lenp)
+{
+	__u32 payload = aggd_bound16(bpf_ntohs(ip6->payload_len));
+	__u32 frag = sizeof(struct aggd_ipv6_frag_hdr);
+
+	if (payload < frag + sizeof(*udp))
+		return AGGD_REASON_TRUNCATED;
+	return aggd_locate_in_ip(c, (void *)(ip6 + 1) + payload, payload - frag, 1, udp, hdrp, body_lenp);
+}
+
 #endif /* AGGD_PARSE_H */

@@ -24,6 +24,7 @@
  * the outer IPv4 (20) and UDP (8) headers: agg0's MTU is uplink MTU minus this. */
 #define AGGD_HDR_LEN 28
 #define AGGD_OVERHEAD 56
+#define AGGD_OVERHEAD6 76 /* the same behind an outer IPv6 header */
 
 /* The auth tag covers header bytes 0..19 (plus the body for non-DATA types). */
 #define AGGD_TAGGED_HDR_LEN 20
@@ -108,6 +109,7 @@ _Static_assert(__builtin_offsetof(struct aggd_hdr, link_seq) == 12, "link sequen
 _Static_assert(__builtin_offsetof(struct aggd_hdr, tstamp) == 16, "timestamp at byte 16");
 _Static_assert(__builtin_offsetof(struct aggd_hdr, tag) == AGGD_TAGGED_HDR_LEN, "tag at byte 20");
 _Static_assert(AGGD_OVERHEAD == 20 + 8 + AGGD_HDR_LEN, "overhead = IPv4 + UDP + aggd");
+_Static_assert(AGGD_OVERHEAD6 == 40 + 8 + AGGD_HDR_LEN, "overhead = IPv6 + UDP + aggd");
 
 static __always_inline __u8 aggd_hdr_version(const struct aggd_hdr *h)
 {

@@ -33,6 +33,7 @@ type frameSpec struct {
 	ipOptions int      // 4-byte words of IPv4 options
 	proto     uint8    // 0 means UDP
 	fragOff   uint16   // raw IPv4 flags+fragment offset field
+	frag6     uint16   // raw IPv6 fragment offset+M field; non-zero inserts a fragment header
 	dport     uint16   // 0 means DefaultTunnelPort
 	payload   []byte   // the UDP payload (an aggd datagram or not)
 
@@ -117,6 +118,11 @@ func (f frameSpec) ipv6Packet(b []byte, proto uint8, dport uint16) []byte {
 	l4 := udpHeader(dport, len(f.payload)+8+f.udpLenDelta)
 	if proto != protoUDP {
 		l4 = make([]byte, 8)
+	}
+	if f.frag6 != 0 {
+		fh := []byte{proto, 0, byte(f.frag6 >> 8), byte(f.frag6), 0, 0, 0x12, 0x34}
+		l4 = append(fh, l4...)
+		proto = 44
 	}
 	ip := make([]byte, 40)
 	ip[0] = 0x60

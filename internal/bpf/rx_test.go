@@ -258,41 +258,50 @@ func TestRxGoldenVectors(t *testing.T) {
 			want, wantRet = "fast", tcRedirect
 			bpfOwns(t, r, h.Session, h.Seq)
 		}
-		before := rxVerdicts(t, r)
-		ret, out := runTC(t, r.Program(), frameSpec{payload: pkt}.build(), nil)
-		delta := statsDelta(before, rxVerdicts(t, r))
-		if ret != wantRet || !sameCounts(delta, map[string]uint64{want: 1}) {
-			t.Errorf("%s: %s, counted %v; want %s, %s", v.Name, tcNames[ret], delta, tcNames[wantRet], want)
-			continue
-		}
-		if want != "fast" {
-			continue
-		}
-		fast++
-		inner := pkt[wire.HeaderLen:]
-		if inner[0]>>4 == 6 {
-			v6++
-		}
-		if !bytes.Equal(out[:12], append(append([]byte{}, testDstMAC...), testSrcMAC...)) || !bytes.Equal(out[14:], inner) {
-			t.Errorf("%s: decapsulated to\n% x\nwant MAC header +\n% x", v.Name, out, inner)
-		}
-		if o := readOrder(t, r, h.Session); o.Owner != OwnerBPF || o.Next != h.Seq+1 {
-			t.Errorf("%s: after delivery the order is %+v, want owner bpf, next %d", v.Name, o, h.Seq+1)
+		for _, outer6 := range []bool{false, true} {
+			name := v.Name
+			if outer6 {
+				name += " (outer IPv6)"
+				if want == "fast" {
+					bpfOwns(t, r, h.Session, h.Seq)
+				}
+			}
+			before := rxVerdicts(t, r)
+			ret, out := runTC(t, r.Program(), frameSpec{ipv6: outer6, payload: pkt}.build(), nil)
+			delta := statsDelta(before, rxVerdicts(t, r))
+			if ret != wantRet || !sameCounts(delta, map[string]uint64{want: 1}) {
+				t.Errorf("%s: %s, counted %v; want %s, %s", name, tcNames[ret], delta, tcNames[wantRet], want)
+				continue
+			}
+			if want != "fast" {
+				continue
+			}
+			fast++
+			inner := pkt[wire.HeaderLen:]
+			if inner[0]>>4 == 6 {
+				v6++
+			}
+			if !bytes.Equal(out[:12], append(append([]byte{}, testDstMAC...), testSrcMAC...)) || !bytes.Equal(out[14:], inner) {
+				t.Errorf("%s: decapsulated to\n% x\nwant MAC header +\n% x", name, out, inner)
+			}
+			if o := readOrder(t, r, h.Session); o.Owner != OwnerBPF || o.Next != h.Seq+1 {
+				t.Errorf("%s: after delivery the order is %+v, want owner bpf, next %d", name, o, h.Seq+1)
+			}
 		}
 	}
-	if fast < 4 || v6 < 1 {
+	if fast < 8 || v6 < 2 {
 		t.Errorf("only %d DATA vectors delivered (%d IPv6): the vectors file changed?", fast, v6)
 	}
 }
 
-// Inner packets of many sizes and both families, behind IPv4 options:
-// the outer headers go, whatever their length.
+// Inner packets of many sizes and both families, behind IPv4 options or an
+// outer IPv6 header (options -1): the outer headers go, whatever their length.
 func TestRxDecapLayouts(t *testing.T) {
 	r := loadRxT(t)
 	const idx = 0x01020304
 	bpfOwns(t, r, idx, 0)
 	seq := uint32(0)
-	for _, opts := range []int{0, 1, 10} {
+	for _, opts := range []int{-1, 0, 1, 10} {
 		for _, n := range []int{20, 21, 40, 41, 100, 1400} {
 			for _, v6 := range []bool{false, true} {
 				if v6 && n < 40 {
@@ -302,7 +311,11 @@ func TestRxDecapLayouts(t *testing.T) {
 				if v6 {
 					body = innerIPv6(seq, n)
 				}
-				frame := frameSpec{ipOptions: opts, payload: dataDatagram(idx, seq, 1, seq, body)}.build()
+				f := frameSpec{ipOptions: opts, payload: dataDatagram(idx, seq, 1, seq, body)}
+				if opts < 0 {
+					f = frameSpec{ipv6: true, payload: f.payload}
+				}
+				frame := f.build()
 				ret, out := runTC(t, r.Program(), frame, nil)
 				if ret != tcRedirect || !bytes.Equal(out[14:], body) {
 					t.Errorf("options %d, inner %d bytes, v6 %v: %s, output % x", opts, n, v6, tcNames[ret], out)
@@ -341,6 +354,7 @@ func TestRxVerdicts(t *testing.T) {
 	checkRx(t, r, "tcp", frameSpec{proto: protoTCP, payload: data(0)}.build(), nil, tcOK, "")
 	checkRx(t, r, "other port", frameSpec{dport: 53, payload: data(0)}.build(), nil, tcOK, "")
 	checkRx(t, r, "later fragment", frameSpec{fragOff: 10, payload: data(0)}.build(), nil, tcOK, "")
+	checkRx(t, r, "IPv6 later fragment", frameSpec{ipv6: true, frag6: 0x00b9, payload: data(0)}.build(), nil, tcOK, "")
 
 	// Not a whole, valid header, or a body the daemon rejects.
 	checkRx(t, r, "header cut", frameSpec{payload: data(0)[:27]}.build(), nil, tcOK, "malformed")
@@ -418,6 +432,7 @@ func TestRxUndeliverable(t *testing.T) {
 	}{
 		{"vlan tag in the packet", frameSpec{vlans: []uint16{etherTypeVLAN}, payload: dataDatagram(idx, 50, 1, 1, body)}.build(), nil, 50, "decap_failed", 1},
 		{"first fragment", frameSpec{fragOff: 0x2000, payload: dataDatagram(idx, 50, 1, 1, body)}.build(), nil, 50, "decap_failed", 1},
+		{"IPv6 first fragment", frameSpec{ipv6: true, frag6: 0x0001, payload: dataDatagram(idx, 50, 1, 1, body)}.build(), nil, 50, "decap_failed", 1},
 		{"trailing bytes in the frame", frameSpec{payload: dataDatagram(idx, 50, 1, 1, body), pad: 4}.build(), nil, 50, "decap_failed", 1},
 		{"gro aggregate behind next", dataFrame(idx, 10, body), &skbMD{GSOSegs: 3, GSOSize: 100}, 10, "decap_failed", 3},
 		{"gro aggregate at next", dataFrame(idx, 50, body), &skbMD{GSOSegs: 2, GSOSize: 100}, 50, "decap_failed", 2},

@@ -40,7 +40,7 @@ type xdpMD struct {
 
 // needRoot skips under -short without privileges (make test-unit); a full
 // run must load the programs, so there it fails instead.
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
 	if testing.Short() && os.Geteuid() != 0 {
 		t.Skip("BPF tests need root; skipped in -short mode")

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"sync/atomic"
@@ -62,9 +63,16 @@ type TxLink struct {
 	// not, packets the scheduler puts on this Ethernet link go to the slow
 	// path (verdict no_neigh).
 	NeighOK bool
-	// Src and Dst are the outer IPv4 addresses and UDP ports.
+	// Src and Dst are the outer addresses and UDP ports: both IPv4 or both
+	// IPv6, and Gateway (if set) of the same version.
 	Src, Dst netip.AddrPort
 	Gateway  netip.Addr
+	// GatewayMAC and SrcMAC are an IPv6 Ethernet link's next hop's and own
+	// hardware addresses: what a redundant copy on the link carries (the
+	// program sends a copy as it is, and for IPv6 cannot ask the kernel,
+	// whose FIB lookup refuses link-local next hops). Without them the link
+	// gets no copies. IPv4 links do not use them.
+	GatewayMAC, SrcMAC net.HardwareAddr
 	// RateBps is the rate the scheduler assumes; 0 makes the link unusable.
 	RateBps uint64
 	// BaseOWD is the link's one-way delay without queueing, relative to
@@ -248,19 +256,23 @@ func txSessionValue(s TxSession) (fptxAggdFpTxSession, error) {
 			return v, fmt.Errorf("link %d: link id %d is reserved", i, l.LinkID)
 		}
 		src, dst := l.Src.Addr().Unmap(), l.Dst.Addr().Unmap()
-		if !src.Is4() || !dst.Is4() {
-			return v, fmt.Errorf("link %d: outer addresses %s -> %s: the fast path sends IPv4 only; leave IPv6 uplinks to the slow path", i, l.Src, l.Dst)
+		if !src.IsValid() || !dst.IsValid() || src.Is4() != dst.Is4() {
+			return v, fmt.Errorf("link %d: outer addresses %s -> %s: want both IPv4 or both IPv6", i, l.Src, l.Dst)
 		}
 		if l.Src.Port() == 0 || l.Dst.Port() == 0 {
 			return v, fmt.Errorf("link %d: outer ports %s -> %s: a port is 0", i, l.Src, l.Dst)
 		}
-		var gw uint32
+		var gw netip.Addr
 		if l.Gateway.IsValid() {
-			g := l.Gateway.Unmap()
-			if !g.Is4() {
-				return v, fmt.Errorf("link %d: gateway %s is not IPv4", i, l.Gateway)
+			gw = l.Gateway.Unmap()
+			if gw.Is4() != dst.Is4() {
+				return v, fmt.Errorf("link %d: gateway %s is not of the outer addresses' IP version (%s)", i, l.Gateway, l.Dst.Addr())
 			}
-			gw = wireOrderAddr(g)
+		}
+		for _, m := range []net.HardwareAddr{l.GatewayMAC, l.SrcMAC} {
+			if len(m) != 0 && len(m) != 6 {
+				return v, fmt.Errorf("link %d: hardware address %s is not 6 bytes", i, m)
+			}
 		}
 		if l.BaseOWD < 0 || l.BaseOWD/time.Microsecond > 1<<32-1 {
 			return v, fmt.Errorf("link %d: base one-way delay %v out of range (0 to ~71 minutes)", i, l.BaseOWD)
@@ -272,17 +284,26 @@ func txSessionValue(s TxSession) (fptxAggdFpTxSession, error) {
 		if l.NeighOK {
 			flags |= 0x02 // AGGD_FP_LINK_NEIGH_OK
 		}
+		if dst.Is6() {
+			flags |= 0x04 // AGGD_FP_LINK_IPV6
+		}
 		c := &v.Links[i]
 		c.Ifindex = uint32(l.Ifindex)
 		c.LinkId = l.LinkID
 		c.State = uint8(l.State)
 		c.Cls = l.Class
 		c.Flags = flags
-		c.Saddr = wireOrderAddr(src)
-		c.Daddr = wireOrderAddr(dst)
+		c.Saddr = addrBytes(src)
+		c.Daddr = addrBytes(dst)
 		c.Sport = wireOrder16(l.Src.Port())
 		c.Dport = wireOrder16(l.Dst.Port())
-		c.Gateway = gw
+		if gw.IsValid() {
+			c.Gateway = addrBytes(gw)
+		}
+		if dst.Is6() && len(l.GatewayMAC) == 6 && len(l.SrcMAC) == 6 {
+			c.GwMac = [6]byte(l.GatewayMAC)
+			c.SrcMac = [6]byte(l.SrcMAC)
+		}
 		c.RateBps = l.RateBps
 		c.BaseOwdUs = uint32(l.BaseOWD / time.Microsecond)
 	}
@@ -304,9 +325,12 @@ func wireOrder16(v uint16) uint16 {
 	return binary.NativeEndian.Uint16(b[:])
 }
 
-func wireOrderAddr(a netip.Addr) uint32 {
-	b := a.As4()
-	return binary.NativeEndian.Uint32(b[:])
+// addrBytes lays an address out as aggd_fp_tx_link keeps it: wire order, an
+// IPv4 address in the first 4 bytes.
+func addrBytes(a netip.Addr) [16]byte {
+	var b [16]byte
+	copy(b[:], a.AsSlice())
+	return b
 }
 
 // DeleteSession removes the session in slot (its packets then go to the slow

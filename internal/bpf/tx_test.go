@@ -927,18 +927,7 @@ func TestTxSeqSharedWithGo(t *testing.T) {
 func TestTxSuspectCopy(t *testing.T) {
 	tx := loadTxT(t)
 	inFreshNetns(t, func(netns.NsHandle) {
-		up, peer := vethPair(t, "aggd-up0", "aggd-up0p")
-		addAddr(t, up, "192.0.2.1/24")
-		gw := netip.MustParseAddr("192.0.2.254")
-		if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: up.Attrs().Index, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
-			IP: net.IP(gw.AsSlice()), HardwareAddr: peer.Attrs().HardwareAddr}); err != nil {
-			t.Fatalf("add neighbour: %v", err)
-		}
-		// bpf_fib_lookup refuses interfaces without forwarding.
-		if err := os.WriteFile("/proc/sys/net/ipv4/conf/aggd-up0/forwarding", []byte("1"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		capFD := packetSocket(t, peer.Attrs().Index)
+		up, peer, gw, capFD := copyUplink(t)
 
 		suspect := l3Link(1, 100e6)
 		suspect.State = TxLinkSuspect
@@ -986,6 +975,25 @@ func TestTxSuspectCopy(t *testing.T) {
 			}
 		}
 	})
+}
+
+// copyUplink sets up, in the current (fresh) namespace, the Ethernet uplink a
+// redundant copy leaves by: up (192.0.2.1/24, forwarding on, which
+// bpf_fib_lookup needs) with its gateway gw resolved to peer's MAC address, and
+// a packet socket capturing on peer.
+func copyUplink(t *testing.T) (up, peer netlink.Link, gw netip.Addr, capFD int) {
+	t.Helper()
+	up, peer = vethPair(t, "aggd-up0", "aggd-up0p")
+	addAddr(t, up, "192.0.2.1/24")
+	gw = netip.MustParseAddr("192.0.2.254")
+	if err := netlink.NeighAdd(&netlink.Neigh{LinkIndex: up.Attrs().Index, Family: unix.AF_INET, State: netlink.NUD_PERMANENT,
+		IP: net.IP(gw.AsSlice()), HardwareAddr: peer.Attrs().HardwareAddr}); err != nil {
+		t.Fatalf("add neighbour: %v", err)
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/aggd-up0/forwarding", []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return up, peer, gw, packetSocket(t, peer.Attrs().Index)
 }
 
 // The transmit program logs, per link with a sent log, which global sequence
@@ -1102,7 +1110,7 @@ func packetSocket(t *testing.T, ifindex int) int {
 // readUDPFrame returns the next captured IPv4/UDP frame to dport, skipping
 // other traffic (IPv6 router solicitations and the like). The receive
 // timeout only ends a test that would otherwise hang.
-func readUDPFrame(t *testing.T, fd int, dport uint16) []byte {
+func readUDPFrame(t *testing.T, fd int, dport uint16) []byte { // IPv4 or IPv6
 	t.Helper()
 	buf := make([]byte, 65536)
 	for {
@@ -1112,6 +1120,9 @@ func readUDPFrame(t *testing.T, fd int, dport uint16) []byte {
 		}
 		f := buf[:n]
 		if n >= 42 && binary.BigEndian.Uint16(f[12:]) == etherTypeIPv4 && f[23] == protoUDP && binary.BigEndian.Uint16(f[36:]) == dport {
+			return append([]byte{}, f...)
+		}
+		if n >= 62 && binary.BigEndian.Uint16(f[12:]) == etherTypeIPv6 && f[20] == protoUDP && binary.BigEndian.Uint16(f[56:]) == dport {
 			return append([]byte{}, f...)
 		}
 	}
@@ -1132,6 +1143,8 @@ func TestTxSetSessionErrors(t *testing.T) {
 	badGW.Gateway = netip.MustParseAddr("fe80::1")
 	reserved := ok
 	reserved.LinkID = 255
+	badMAC := ok
+	badMAC.GatewayMAC = net.HardwareAddr{1, 2, 3, 4, 5}
 	for _, c := range []struct {
 		name string
 		slot uint32
@@ -1142,11 +1155,12 @@ func TestTxSetSessionErrors(t *testing.T) {
 		{"mtu", 0, TxSession{MTU: 70000}},
 		{"negative aqm gap", 0, TxSession{AQMGap: -time.Millisecond}},
 		{"aqm gap beyond 35 minutes", 0, TxSession{AQMGap: time.Hour}},
-		{"IPv6 outer", 0, TxSession{Links: []TxLink{six}}},
+		{"IPv4 source, IPv6 destination", 0, TxSession{Links: []TxLink{six}}},
 		{"port 0", 0, TxSession{Links: []TxLink{noPort}}},
 		{"state", 0, TxSession{Links: []TxLink{badState}}},
 		{"class", 0, TxSession{Links: []TxLink{badClass}}},
-		{"IPv6 gateway", 0, TxSession{Links: []TxLink{badGW}}},
+		{"IPv6 gateway on an IPv4 link", 0, TxSession{Links: []TxLink{badGW}}},
+		{"5-byte MAC", 0, TxSession{Links: []TxLink{badMAC}}},
 		{"reserved link id", 0, TxSession{Links: []TxLink{reserved}}},
 	} {
 		if err := tx.SetSession(c.slot, c.s); err == nil {
@@ -1179,13 +1193,14 @@ func TestTxMapLayout(t *testing.T) {
 			t.Errorf("%s: %v", obj, err)
 		}
 		checkMapLayout(t, obj, spec, map[string][3]uint32{
-			"tx_routes":     {24, 4, 16384},
-			"tx_sessions":   {4, 352, MaxTxSessions},
-			"tx_sched":      {4, 144, MaxTxSessions},
-			"tx_seq":        {4, txSeqSize, MaxTxSessions},
-			"tx_verdicts":   {4, 8, uint32(len(TxVerdicts))},
-			"tx_link_stats": {4, 32, MaxTxSessions * MaxTxLinks},
-			"tx_sent_log":   {4, 8 * SentLogSize, MaxTxSessions * MaxTxLinks},
+			"tx_routes":      {24, 4, 16384},
+			"tx_sessions":    {4, 736, MaxTxSessions},
+			"tx_sum_scratch": {4, 516, 1},
+			"tx_sched":       {4, 144, MaxTxSessions},
+			"tx_seq":         {4, txSeqSize, MaxTxSessions},
+			"tx_verdicts":    {4, 8, uint32(len(TxVerdicts))},
+			"tx_link_stats":  {4, 32, MaxTxSessions * MaxTxLinks},
+			"tx_sent_log":    {4, 8 * SentLogSize, MaxTxSessions * MaxTxLinks},
 		})
 	}
 }

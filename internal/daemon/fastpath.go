@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"path/filepath"
 	"slices"
@@ -576,6 +577,7 @@ func (f *fastPath) resolveLink(l tunnel.TxLink) (bpf.TxLink, error) {
 		Ifindex: nh.ifindex, LinkID: l.ID, State: state, Class: l.Class,
 		Ethernet: nh.ethernet, NeighOK: nh.neighOK,
 		Src: netip.AddrPortFrom(src, l.Local.Port()), Dst: l.Remote, Gateway: nh.gateway,
+		GatewayMAC: nh.gatewayMAC, SrcMAC: nh.srcMAC,
 		RateBps: uint64(l.RateBps), BaseOWD: l.BaseOWD,
 	}, nil
 }
@@ -629,7 +631,10 @@ type nexthop struct {
 	gateway  netip.Addr // invalid: the destination is on-link
 	src      netip.Addr
 	neighOK  bool
-	at       time.Time
+	// gatewayMAC and srcMAC: the resolved next hop's and the interface's hardware
+	// addresses, which a redundant copy on an IPv6 link carries (bpf.TxLink).
+	gatewayMAC, srcMAC net.HardwareAddr
+	at                 time.Time
 }
 
 // nexthopCache keeps route and neighbour lookups to one per link per second.
@@ -687,27 +692,32 @@ func lookupNexthop(iface string, dst, src netip.Addr) (nexthop, error) {
 		hop = nh.gateway
 	}
 	if nh.ethernet {
-		nh.neighOK = neighbourResolved(r.LinkIndex, hop)
+		nh.gatewayMAC, nh.neighOK = resolvedNeighbour(r.LinkIndex, hop)
+		nh.srcMAC = lk.Attrs().HardwareAddr
 	}
 	return nh, nil
 }
 
-// neighbourResolved reports whether the next hop has a usable neighbour entry. An
-// unresolved one makes the transmit program hand the packet to the daemon, whose
-// socket send resolves it (ARCHITECTURE §9: redirect_neigh before resolution can send
-// malformed packets).
-func neighbourResolved(ifindex int, hop netip.Addr) bool {
-	neighs, err := netlink.NeighList(ifindex, netlink.FAMILY_V4)
+// resolvedNeighbour returns the next hop's hardware address if it has a usable
+// neighbour entry. An unresolved one makes the transmit program hand the packet to the
+// daemon, whose socket send resolves it (ARCHITECTURE §9: redirect_neigh before
+// resolution can send malformed packets).
+func resolvedNeighbour(ifindex int, hop netip.Addr) (net.HardwareAddr, bool) {
+	family := netlink.FAMILY_V4
+	if hop.Is6() {
+		family = netlink.FAMILY_V6
+	}
+	neighs, err := netlink.NeighList(ifindex, family)
 	if err != nil {
-		return false
+		return nil, false
 	}
 	const usable = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_PERMANENT | netlink.NUD_NOARP
 	for _, n := range neighs {
 		if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == hop && n.State&usable != 0 {
-			return true
+			return n.HardwareAddr, true
 		}
 	}
-	return false
+	return nil, false
 }
 
 // fastPathCollector exports the fast path's per-verdict counters at scrape time.

@@ -76,8 +76,8 @@ type TxState struct {
 	// AQMECN: the AQM marks ECN-capable packets Congestion Experienced instead of
 	// dropping them (internal/ecn).
 	AQMECN bool
-	// Userspace, when not "", says why the kernel must not send for the session (an
-	// IPv6 link, links not all known yet): the daemon sends everything.
+	// Userspace, when not "", says why the kernel must not send for the session (its
+	// links not all known yet): the daemon sends everything.
 	Userspace string
 }
 

@@ -7,16 +7,15 @@ import (
 
 // Which sessions the kernel fast path may carry.
 //
-// The kernel's programs read and write outer IPv4 headers only. A link with IPv6
-// addresses is the daemon's: the transmit program cannot send on it, and its packets
-// reach the daemon's socket past the receive program. Were the kernel to own the
-// session's receive ordering then, such a packet would arrive at a daemon that must
-// drop it (it cannot tell it from one the kernel delivered: SessionPath.OnData), and
-// the kernel would wait for its sequence number in vain. So a session with an IPv6
-// link, or whose links are not all known yet (the headend learns them from the CPE's
-// LINK_PARAMS and their first packets), stays in userspace both ways: the daemon never
-// offers the kernel the ordering (which it starts without), and the transmit side is
-// not programmed, or is switched off if it was.
+// The kernel's programs send and receive over IPv4 and IPv6 alike, but they must know
+// every link of the session: a packet on a link the transmit side was not given never
+// leaves by the kernel, and were the kernel to own the session's receive ordering while
+// a link is unknown, its packets could reach a daemon that cannot tell them from ones
+// the kernel delivered (SessionPath.OnData), and the kernel would wait for their
+// sequence numbers in vain. So a session whose links are not all known yet (the headend
+// learns them from the CPE's LINK_PARAMS and their first packets) stays in userspace
+// both ways: the daemon does not offer the kernel the ordering (which it starts
+// without), and the transmit side is not programmed, or is switched off if it was.
 
 // barLinksUnknown is why the kernel waits at a session's start.
 const barLinksUnknown = "the peer's links are not known yet"
@@ -35,42 +34,34 @@ func (s *Session) setLinkIDs(ids []uint8) {
 // checkKernel recomputes whether the kernel may carry the session, after its link set
 // or a link's peer address changed, and logs a change of verdict.
 func (s *Session) checkKernel() {
-	bar, ipv6 := s.kernelBarReason()
+	bar := s.kernelBarReason()
 	old := s.kernelBar.Swap(&bar)
 	if s.fp == nil || (old != nil && *old == bar) {
 		return
 	}
-	switch {
-	case ipv6: // for as long as the session lasts: worth telling the user
-		s.log.Info("fast path: this session forwards in userspace", "why", bar)
-	case bar != "": // waiting to learn the links, as every session does at its start
+	if bar != "" { // waiting to learn the links, as every session does at its start
 		s.log.Debug("fast path: not for this session yet", "why", bar)
-	default:
-		s.log.Debug("fast path: the kernel may carry this session")
+		return
 	}
+	s.log.Debug("fast path: the kernel may carry this session")
 }
 
-// kernelBarReason says why the kernel may not carry the session ("" if it may);
-// ipv6 is true when the reason is an IPv6 link.
-func (s *Session) kernelBarReason() (reason string, ipv6 bool) {
+// kernelBarReason says why the kernel may not carry the session ("" if it may).
+func (s *Session) kernelBarReason() string {
 	ids := s.linkIDs.Load()
 	if ids == nil {
-		return barLinksUnknown, false
+		return barLinksUnknown
 	}
 	for _, id := range *ids {
 		l := s.link(id)
 		if l == nil {
-			return fmt.Sprintf("link %d not heard from yet", id), false
+			return fmt.Sprintf("link %d not heard from yet", id)
 		}
-		r := l.remote.Load()
-		if r == nil {
-			return fmt.Sprintf("link %s has no peer address yet", l.spec.Name), false
-		}
-		if !r.Addr().Unmap().Is4() {
-			return fmt.Sprintf("link %s runs over IPv6 (%s), which the kernel fast path does not send or receive", l.spec.Name, r.Addr()), true
+		if l.remote.Load() == nil {
+			return fmt.Sprintf("link %s has no peer address yet", l.spec.Name)
 		}
 	}
-	return "", false
+	return ""
 }
 
 // kernelBarred returns why the kernel may not carry the session, "" if it may.
