@@ -293,13 +293,19 @@ func (w *capWatch) saveLocked() {
 	}
 }
 
-// interfaceCounters reads an interface's byte counters; ok is false when it is
-// missing (or the kernel keeps no statistics for it).
+// interfaceCounters reads what an interface carried in IP bytes (its byte counters
+// less the Ethernet headers they include on an Ethernet interface); ok is false when
+// it is missing (or the kernel keeps no statistics for it).
 func interfaceCounters(name string) (datacap.Counters, bool) {
 	l, err := netlink.LinkByName(name)
 	if err != nil || l.Attrs().Statistics == nil {
 		return datacap.Counters{}, false
 	}
 	a := l.Attrs()
-	return datacap.Counters{Index: a.Index, Rx: a.Statistics.RxBytes, Tx: a.Statistics.TxBytes}, true
+	var hdr uint64
+	if a.EncapType == "ether" {
+		hdr = datacap.EthernetHeaderLen
+	}
+	s := a.Statistics
+	return datacap.Counters{Index: a.Index, Rx: datacap.IPBytes(s.RxBytes, s.RxPackets, hdr), Tx: datacap.IPBytes(s.TxBytes, s.TxPackets, hdr)}, true
 }

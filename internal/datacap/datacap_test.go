@@ -102,10 +102,14 @@ func TestMeterFollowsARecreatedInterface(t *testing.T) {
 	m.Observe(now, Counters{}, false)
 	m.Observe(now, Counters{Index: 9, Rx: 400, Tx: 300}, true) // +700
 	// Recreated between two readings: another index.
-	m.Observe(now, Counters{Index: 11, Rx: 100, Tx: 100}, true) // +200
+	m.Observe(now, Counters{Index: 11, Rx: 100, Tx: 100}, true)    // +200
+	m.Observe(now, Counters{Index: 11, Rx: 300100, Tx: 100}, true) // +300000
+	// A reading whose packet count ran a packet ahead of its byte count steps back
+	// by a header (IPBytes): nothing to count, and no reset.
+	m.Observe(now, Counters{Index: 11, Rx: 300086, Tx: 100}, true)
 	// Counters cleared under the same index (a driver reset): all of the new value.
 	m.Observe(now, Counters{Index: 11, Rx: 50, Tx: 150}, true) // +50 +50
-	if want := uint64(1500 + 100 + 700 + 200 + 100); m.Used() != want {
+	if want := uint64(1500 + 100 + 700 + 200 + 300000 + 100); m.Used() != want {
 		t.Fatalf("used %d, want %d", m.Used(), want)
 	}
 }
@@ -266,6 +270,22 @@ func TestRestartCountsWhatTheLineCarriedWhileStopped(t *testing.T) {
 		}
 	}
 
+	// A reading in link-layer bytes (versions before readings counted IP bytes) is
+	// not comparable with this run's: the first reading is a baseline.
+	raw := filepath.Join(t.TempDir(), FileName)
+	if err := os.WriteFile(raw, []byte(`{"version": 1, "uplinks": {"lte": {"period_start": "2026-11-01T00:00:00+01:00", "used_bytes": 1000,
+		"last_reading": {"boot_id": "boot-a", "ifindex": 4, "rx_bytes": 12000, "tx_bytes": 6000}}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m0 := &Meter{Name: "lte", Limit: 1 << 30, Schedule: Schedule{Monthly, 1}, Boot: "boot-a"}
+	if _, err := Load(raw, later, []*Meter{m0}); err != nil {
+		t.Fatal(err)
+	}
+	m0.Observe(later, Counters{Index: 4, Rx: 11600, Tx: 5900}, true)
+	if m0.Used() != 1000 {
+		t.Errorf("from a reading in link-layer bytes: used %d after the first reading, want 1000", m0.Used())
+	}
+
 	// A file written before readings were kept: the first reading is a baseline.
 	old := filepath.Join(t.TempDir(), FileName)
 	if err := os.WriteFile(old, []byte(`{"version": 1, "uplinks": {"lte": {"period_start": "2026-11-01T00:00:00+01:00", "used_bytes": 1000}}}`), 0o600); err != nil {
@@ -289,5 +309,19 @@ func TestRestartCountsWhatTheLineCarriedWhileStopped(t *testing.T) {
 	dec.Observe(at("2026-12-02 09:00"), Counters{Index: 4, Rx: 11600, Tx: 5900}, true)
 	if dec.Used() != 0 {
 		t.Errorf("in December: used %d after the first reading, want 0", dec.Used())
+	}
+}
+
+// IP bytes are the interface's bytes less a header per packet, never below zero.
+func TestIPBytes(t *testing.T) {
+	for _, c := range []struct{ bytes, packets, hdr, want uint64 }{
+		{10 * 1514, 10, EthernetHeaderLen, 10 * 1500},
+		{0, 0, EthernetHeaderLen, 0},
+		{5000, 3, 0, 5000},
+		{20, 3, EthernetHeaderLen, 0}, // counters read between a packet's two counts
+	} {
+		if got := IPBytes(c.bytes, c.packets, c.hdr); got != c.want {
+			t.Errorf("IPBytes(%d, %d, %d) = %d, want %d", c.bytes, c.packets, c.hdr, got, c.want)
+		}
 	}
 }

@@ -2,13 +2,27 @@ package datacap
 
 import "time"
 
-// Counters is one reading of an interface's byte counters, as the kernel keeps them
-// from the interface's creation.
+// Counters is one reading of an interface's counters, as the kernel keeps them from
+// the interface's creation: the IP bytes it received and sent (IPBytes).
 type Counters struct {
 	// Index is the interface's index: another index under the same name is an
 	// interface created anew (a PPPoE reconnect's new ppp0), whose counters start at 0.
 	Index  int
 	Rx, Tx uint64
+}
+
+// EthernetHeaderLen is what an Ethernet interface's byte counters count per packet
+// beyond its IP bytes (the MAC header; not the preamble or the FCS).
+const EthernetHeaderLen = 14
+
+// IPBytes is what an interface's byte count holds of IP packets, given its packet
+// count and the link-layer header it counts with each (EthernetHeaderLen on Ethernet,
+// 0 on an IP-level interface such as ppp0 or a raw-IP WWAN device). Providers bill IP
+// bytes; the link-layer headers are about 1 % of a full packet, more of small ones.
+// Both counters only grow, and every packet counted brings its header, so the result
+// only grows too.
+func IPBytes(bytes, packets, headerLen uint64) uint64 {
+	return bytes - min(bytes, packets*headerLen)
 }
 
 // Meter counts what one uplink's interface carries in the current billing period,
@@ -55,14 +69,23 @@ func (m *Meter) Observe(now time.Time, c Counters, ok bool) {
 	m.last, m.seen = c, true
 }
 
-// since is how much a counter advanced from a to b. A counter that went backwards was
-// reset (the driver's counters cleared): all of b is new.
+// since is how much a counter advanced from a to b. A counter that went backwards by
+// more than readJitter was reset (the driver's counters cleared): all of b is new. A
+// smaller step back is a reading whose packet count was taken a packet ahead of its
+// byte count (IPBytes), which counts nothing.
 func since(a, b uint64) uint64 {
-	if b >= a {
+	switch {
+	case b >= a:
 		return b - a
+	case a-b <= readJitter:
+		return 0
 	}
 	return b
 }
+
+// readJitter bounds how far IPBytes can step back between two readings: a few
+// packets' headers at most, far below what a reset takes away.
+const readJitter = 64 << 10
 
 // roll moves the meter into the period that now falls in, counting from zero there.
 func (m *Meter) roll(now time.Time) {
@@ -88,9 +111,12 @@ func (m *Meter) Restore(now time.Time, periodStart time.Time, used uint64) bool 
 // interface has counted, after a reboot (counters that started again from zero after
 // the reading). It is for the period Restore took the count of; across a period's end
 // the split of the gap between the periods is unknown, and the old count is dropped.
+//
+// A reading in another unit (a version that counted link-layer headers too) is not
+// comparable with this run's: the first reading is then a baseline, as without one.
 func (m *Meter) resume(r *reading) {
 	switch {
-	case r == nil || m.Boot == "":
+	case r == nil || m.Boot == "" || r.Unit != readingUnit:
 	case r.Boot == m.Boot:
 		m.last, m.seen = Counters{Index: r.Index, Rx: r.Rx, Tx: r.Tx}, true
 	default:

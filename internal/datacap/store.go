@@ -39,7 +39,13 @@ type reading struct {
 	Index int    `json:"ifindex"`
 	Rx    uint64 `json:"rx_bytes"`
 	Tx    uint64 `json:"tx_bytes"`
+	// Unit is what Rx and Tx count: readingUnit; "" in files of versions that counted
+	// the link-layer headers too, whose readings a start cannot compare with its own.
+	Unit string `json:"unit,omitempty"`
 }
+
+// readingUnit says a reading counts IP bytes (IPBytes).
+const readingUnit = "ip_bytes"
 
 // BootIDFile holds the running kernel's boot ID, a random UUID drawn at each boot.
 const BootIDFile = "/proc/sys/kernel/random/boot_id"
@@ -92,7 +98,7 @@ func Save(path string, meters []*Meter) error {
 		}
 		r := record{PeriodStart: m.start, UsedBytes: m.used}
 		if m.seen && m.Boot != "" {
-			r.LastReading = &reading{Boot: m.Boot, Index: m.last.Index, Rx: m.last.Rx, Tx: m.last.Tx}
+			r.LastReading = &reading{Boot: m.Boot, Index: m.last.Index, Rx: m.last.Rx, Tx: m.last.Tx, Unit: readingUnit}
 		}
 		st.Uplinks[m.Name] = r
 	}
