@@ -11,7 +11,11 @@
  * sockets), TTL 64 (the default ip_default_ttl). One difference: the
  * kernel fills in the UDP checksum, we write 0, which IPv4 allows
  * (ARCHITECTURE §9: under GSO a non-zero outer checksum would be copied
- * unchanged onto every segment). The aggd header carries its own tag.
+ * unchanged onto every segment). The aggd header carries its own tag. Over
+ * IPv6: traffic class 0, hop limit 64, and a real UDP checksum (no GSO
+ * packet takes the fast path; aggd_encap_build6 says why it must be real),
+ * flow label 0 (the daemon's sockets turn the kernel's automatic labels off,
+ * so that routers hashing the label route both paths' packets alike).
  *
  * The headers are built on the stack and copied into the packet in one go,
  * so the checksum and the tag are computed over bytes the program owns.
@@ -121,8 +125,7 @@ static __always_inline void aggd_encap_build(struct aggd_outer *o, const struct 
  * receiver allows it, RFC 6935, and stateful firewalls on the way mark it
  * invalid), so this one is real: over the pseudo-header, the UDP and aggd
  * headers, and a->inner_sum, the inner packet's bytes as they will leave
- * (aggd_csum.h). Like the slow path's socket: traffic class 0, hop limit 64;
- * unlike it, flow label 0 (the kernel's is a hash of the socket).
+ * (aggd_csum.h, tx_inner_sum).
  */
 static __always_inline void aggd_encap_build6(struct aggd_outer6 *o, const struct aggd_fp_tx_session *s,
 					      const struct aggd_fp_tx_link *l, struct aggd_sipkey k,

@@ -27,7 +27,16 @@ const socketBuffer = 4 << 20
 // interface (SO_BINDTODEVICE), so its packets leave through that uplink whatever the
 // main routing table prefers.
 func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
-	lc := net.ListenConfig{Control: func(network, address string, c syscall.RawConn) error {
+	network := "udp4"
+	switch a := local.Addr(); {
+	case a.Is6() && a.IsUnspecified():
+		// "[::]:port" (a headend's listen) takes both versions: IPv4 peers arrive as
+		// IPv4-mapped addresses, which readLoop unmaps.
+		network = "udp"
+	case a.Is6() && !a.Is4In6():
+		network = "udp6"
+	}
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
 			if device != "" {
@@ -48,21 +57,21 @@ func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
 			// The socket's drop count with each datagram (readLoop counts overflows).
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
+			// IPv6 flow label 0, as the kernel fast path sends: by default the kernel
+			// labels a socket's packets with a hash of its own, and routers that
+			// spread IPv6 over equal-cost paths by the label (Linux's default
+			// multipath hash does) would send one link's packets from the daemon and
+			// from the kernel different ways, with different delays. (On an IPv4
+			// socket, which "[::]" gives where IPv6 is off, it fails: no matter.)
+			if network != "udp4" {
+				_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_AUTOFLOWLABEL, 0)
+			}
 		})
 		if err != nil {
 			return err
 		}
 		return serr
 	}}
-	network := "udp4"
-	switch a := local.Addr(); {
-	case a.Is6() && a.IsUnspecified():
-		// "[::]:port" (a headend's listen) takes both versions: IPv4 peers arrive as
-		// IPv4-mapped addresses, which readLoop unmaps.
-		network = "udp"
-	case a.Is6() && !a.Is4In6():
-		network = "udp6"
-	}
 	pc, err := lc.ListenPacket(context.Background(), network, local.String())
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (device %q): %w", local, device, err)

@@ -173,3 +173,29 @@ func TestDualStackListen(t *testing.T) {
 		}
 	}
 }
+
+// The daemon's IPv6 tunnel sockets send with flow label 0, as the kernel fast path
+// does, so routers that hash the label put both paths' packets of a link on one route.
+func TestIPv6SocketsSendWithoutAFlowLabel(t *testing.T) {
+	for _, local := range []string{"[::1]:0", "[::]:0"} {
+		c, err := listenUDP(netip.MustParseAddrPort(local), "")
+		if err != nil {
+			t.Fatalf("listen on %s: %v", local, err)
+		}
+		raw, err := c.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v int
+		var gerr error
+		if err := raw.Control(func(fd uintptr) {
+			v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_AUTOFLOWLABEL)
+		}); err != nil || gerr != nil {
+			t.Fatalf("%s: read IPV6_AUTOFLOWLABEL: %v %v", local, err, gerr)
+		}
+		if v != 0 {
+			t.Errorf("%s: IPV6_AUTOFLOWLABEL = %d, want 0", local, v)
+		}
+		_ = c.Close()
+	}
+}
