@@ -46,6 +46,10 @@ const (
 // ConnsClosedReasons lists the label's values, so that each series exists from the start.
 var ConnsClosedReasons = []string{ConnsClosedEvicted, ConnsClosedRefused}
 
+// servedConnLimit, when set (by tests), is given the limit Serve installs, so a test can
+// wait for the server's view of its connections instead of guessing how long it takes.
+var servedConnLimit func(*connLimit)
+
 func newConnLimit(max int, closed *prometheus.CounterVec) *connLimit {
 	return &connLimit{max: max, closed: closed, conns: map[net.Conn]connState{}}
 }
@@ -79,6 +83,19 @@ func (c *connLimit) track(conn net.Conn, state http.ConnState) {
 	case http.StateHijacked, http.StateClosed:
 		delete(c.conns, conn)
 	}
+}
+
+// idle counts the connections marked idle.
+func (c *connLimit) idle() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, st := range c.conns {
+		if st.idle {
+			n++
+		}
+	}
+	return n
 }
 
 // longestIdle returns the connection idle the longest, nil if none is. Caller holds mu.

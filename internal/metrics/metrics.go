@@ -258,8 +258,12 @@ func Serve(ctx context.Context, addr string, m *Set) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	limit := newConnLimit(maxConns, m.MetricsConnsClosed)
+	if servedConnLimit != nil {
+		servedConnLimit(limit)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, WriteTimeout: writeTimeout, IdleTimeout: idleTimeout,
-		ConnState: newConnLimit(maxConns, m.MetricsConnsClosed).track}
+		ConnState: limit.track}
 	go func() {
 		<-ctx.Done()
 		shut, cancel := context.WithTimeout(context.Background(), time.Second)

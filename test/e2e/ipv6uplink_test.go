@@ -5,14 +5,16 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // An uplink with IPv6 only (DS-Lite cable, an IPv6-only mobile network) joins the bond
 // next to two IPv4 ones: the CPE sends on it to the headend's IPv6 address
 // (uplinks[].endpoint), the headend listens on both versions ("[::]:4242"), and a single
 // TCP flow each way uses all three links. With the fast path asked for (the suite's
-// second run), the kernel sends on the IPv6 link too, both ways: what left each side's
-// IPv6-only interface without passing its daemon's UDP sockets says so.
+// second run), the kernel sends on the IPv6 link too, both ways, the CPE by a
+// link-local next hop: what left each side's IPv6-only interface without passing its
+// daemon's UDP sockets says so.
 func TestIPv6OnlyUplink(t *testing.T) {
 	const v6 = 3
 	n := buildTopologyWith(t, "a6", topologyOptions{shaped: true, ipv6Uplink: v6})
@@ -23,6 +25,9 @@ func TestIPv6OnlyUplink(t *testing.T) {
 	if out := n.Run("cpe", "ip", "-4", "addr", "show", "dev", "up3"); strings.Contains(out, "inet ") {
 		t.Fatalf("up3 has an IPv4 address, the test needs an IPv6-only line:\n%s", out)
 	}
+	// As on a real line, whose default route a router advertisement gives: the next
+	// hop is the headend side's link-local address.
+	n.Run("cpe", "ip", "-6", "route", "replace", headendIPv6+"/128", "via", linkLocal(t, n, "hub", "hl3"), "dev", "up3")
 	fast := strings.Contains(os.Getenv("AGGD_E2E_DAEMON_ARGS"), "--fast-path")
 	verdictsBefore := map[string]map[string]map[string]float64{}
 	if fast {
@@ -66,6 +71,25 @@ func TestIPv6OnlyUplink(t *testing.T) {
 			share, total := fastShare(verdictsBefore[ns][d], after[d])
 			t.Logf("%s %s fast path share %.3f of %.0f data packets (gso %.0f)", ns, d, share, total, after[d]["gso"]-verdictsBefore[ns][d]["gso"])
 		}
+	}
+}
+
+// linkLocal is an interface's IPv6 link-local address, once it has passed duplicate
+// address detection.
+func linkLocal(t *testing.T, n interface {
+	Run(ns string, args ...string) string
+}, ns, dev string) string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out := n.Run(ns, "ip", "-6", "-o", "addr", "show", "dev", dev, "scope", "link")
+		if f := strings.Fields(out); len(f) >= 4 && !strings.Contains(out, "tentative") {
+			return strings.Split(f[3], "/")[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s in %s has no usable link-local address:\n%s", dev, ns, out)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
