@@ -403,7 +403,7 @@ func (s *fpSession) stopTx() {
 		return
 	}
 	if err := s.f.tx.SetSession(s.slot, bpf.TxSession{}); err != nil {
-		s.f.log.Warn("fast path: cannot switch the session's transmit side off; the kernel may still send on its IPv4 links", "session", s.index, "err", err)
+		s.f.log.Warn("fast path: cannot switch the session's transmit side off; the kernel may still send on its links", "session", s.index, "err", err)
 		return
 	}
 	s.txOn = false

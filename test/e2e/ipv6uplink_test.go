@@ -18,10 +18,7 @@ import (
 func TestIPv6OnlyUplink(t *testing.T) {
 	const v6 = 3
 	n := buildTopologyWith(t, "a6", topologyOptions{shaped: true, ipv6Uplink: v6})
-	b := startBondWith(t, n, bondOptions{
-		listen: "[::]:4242",
-		uplink: map[int]string{v6: `    endpoint: "[` + headendIPv6 + `]:4242"` + "\n"},
-	})
+	b := startBondWith(t, n, ipv6BondOptions(v6))
 	if out := n.Run("cpe", "ip", "-4", "addr", "show", "dev", "up3"); strings.Contains(out, "inet ") {
 		t.Fatalf("up3 has an IPv4 address, the test needs an IPv6-only line:\n%s", out)
 	}
@@ -110,10 +107,7 @@ func txPackets(t *testing.T, n interface {
 // uplink's socket to the new IPv6 address within the session.
 func TestIPv6UplinkAddressChangeKeepsSession(t *testing.T) {
 	n := buildTopologyWith(t, "a7", topologyOptions{shaped: true, ipv6Uplink: 3})
-	b := startBondWith(t, n, bondOptions{
-		listen: "[::]:4242",
-		uplink: map[int]string{3: `    endpoint: "[` + headendIPv6 + `]:4242"` + "\n"},
-	})
+	b := startBondWith(t, n, ipv6BondOptions(3))
 	n.Run("cpe", "ip", "-6", "addr", "add", "2001:db8:98:3::3/64", "dev", "up3", "nodad")
 	n.Run("cpe", "ip", "-6", "addr", "del", "2001:db8:98:3::2/64", "dev", "up3")
 	b.followsNewAddress(t, n, "[2001:db8:98:3::3]:")

@@ -60,7 +60,21 @@ import (
 // n (unpinned, the scheduler moves it; from CPU 1 the downstream fast path's receive
 // sees the links' packets out of order: BENCHMARKS.md).
 func BenchmarkForwardingPPS(b *testing.B) {
-	n := newTopologyUnshaped(b)
+	// AGGD_PPS_OUTER=ipv6: every uplink an IPv6-only line (results in pps-ipv6.json),
+	// where the transmit program also computes the outer UDP checksum. There is no plain
+	// reference then: the plain routed path would need IPv4 on the uplinks.
+	outer := os.Getenv("AGGD_PPS_OUTER")
+	var bondOpts bondOptions
+	resultName, topoOpts := "pps", topologyOptions{}
+	switch outer {
+	case "", "ipv4":
+		outer = "ipv4"
+	case "ipv6":
+		bondOpts, resultName, topoOpts.allIPv6 = ipv6BondOptions(1, 2, 3), "pps-ipv6", true
+	default:
+		b.Fatalf("AGGD_PPS_OUTER=%q: want ipv4 or ipv6", outer)
+	}
+	n := newTopologyUnshaped(b, topoOpts)
 	measure := ppsMeasure
 	if s := os.Getenv("AGGD_PPS_SECONDS"); s != "" {
 		v, err := strconv.ParseFloat(s, 64)
@@ -100,6 +114,7 @@ func BenchmarkForwardingPPS(b *testing.B) {
 		GoVersion:        runtime.Version(),
 		Commit:           gitCommit(),
 		Topology:         "lan → cpe ═ up1..3 (unshaped veth, default qdisc, MTU 1500) ═ hub → srv; NAT on both daemons (startBond config)",
+		OuterIP:          outer,
 		Generator:        "one Go thread, sendmmsg on a connected UDP socket: paced cells at the offered rate (batches of at most 16, topped up every 100 µs or so), open cells in batches of 64 as fast as it can",
 		PacedPPS:         paced,
 		Sink:             "one Go thread, recvmmsg batches of 64 (MSG_WAITFORONE), 8 MiB receive buffer",
@@ -123,10 +138,13 @@ func BenchmarkForwardingPPS(b *testing.B) {
 
 	// The plain reference first: the same hosts, routers and NAT without aggd, paced only.
 	// What a path costs above it is what the tunnel adds (added_forwarding_cores).
-	if err := ppsPlainUp(n); err != nil {
+	plain := ppsPathStatus{Path: "plain", Available: outer == "ipv4"}
+	if !plain.Available {
+		plain.Reason = "no plain reference over IPv6-only uplinks"
+	} else if err := ppsPlainUp(n); err != nil {
 		b.Fatalf("plain routed reference: %v", err)
 	}
-	res.Paths = append(res.Paths, ppsPathStatus{Path: "plain", Available: true})
+	res.Paths = append(res.Paths, plain)
 	// cells runs (or, on a path that did not come up, records as not measured) every
 	// cell of path under loads that AGGD_PPS_ONLY selects.
 	cells := func(bd *bond, path string, loads []string, reason string) {
@@ -151,9 +169,11 @@ func BenchmarkForwardingPPS(b *testing.B) {
 			}
 		}
 	}
-	cells(&bond{Net: n}, "plain", []string{"paced"}, "")
-	if err := ppsPlainDown(n); err != nil {
-		b.Fatalf("removing the plain routed reference: %v", err)
+	if plain.Available {
+		cells(&bond{Net: n}, "plain", []string{"paced"}, "")
+		if err := ppsPlainDown(n); err != nil {
+			b.Fatalf("removing the plain routed reference: %v", err)
+		}
 	}
 
 	// The slow path before the fast one: the fast path is the one that may not come up,
@@ -167,7 +187,7 @@ func BenchmarkForwardingPPS(b *testing.B) {
 			args = []string{"--fast-path"}
 		}
 		st := ppsPathStatus{Path: path, DaemonArgs: strings.Join(args, " ")}
-		bd, logDir, err := tryStartBond(b, n, args...)
+		bd, logDir, err := tryStartBond(b, n, bondOpts, args...)
 		st.CPELog, st.HeadendLog = bpfLogLines(filepath.Join(logDir, "cpe.log")), bpfLogLines(filepath.Join(logDir, "hub.log"))
 		st.CPEFastPathOn, st.HeadendFastPathOn = logHas(logDir, "cpe.log", "BPF fast path on"), logHas(logDir, "hub.log", "BPF fast path on")
 		switch {
@@ -194,9 +214,9 @@ func BenchmarkForwardingPPS(b *testing.B) {
 	}
 	res.Ratios = ppsRatios(res.Cells)
 
-	writeJSON(b, "pps.json", res)
+	writeJSON(b, resultName+".json", res)
 	var tbl strings.Builder
-	fmt.Fprintf(&tbl, "forwarding pps, %d CPUs, %s, %s, %.0f s per cell after %.0f s warm-up\n", res.CPUs, res.Kernel, res.Commit, res.MeasureSeconds, res.WarmupSeconds)
+	fmt.Fprintf(&tbl, "forwarding pps, outer %s, %d CPUs, %s, %s, %.0f s per cell after %.0f s warm-up\n", res.OuterIP, res.CPUs, res.Kernel, res.Commit, res.MeasureSeconds, res.WarmupSeconds)
 	fmt.Fprintf(&tbl, "%-4s %-5s %-4s %5s %10s %10s %6s %6s %10s %6s %6s %6s %10s %8s %11s\n",
 		"path", "load", "dir", "size", "sent_pps", "pps", "loss", "busy", "pps/busy", "aggdC", "aggdH", "fwd", "pps/fwd", "cpu-s/Gb", "fast tx/rx")
 	for _, c := range res.Cells {
@@ -239,8 +259,9 @@ var (
 // newTopologyUnshaped is newTopology without the TBF shaping: the same namespaces,
 // addressing and routes, veths at their natural speed, and its own prefix ("pp") so it
 // never clashes with the other end-to-end tests' ("ae").
-func newTopologyUnshaped(t testing.TB) *testnet.Net {
-	n := buildTopology(t, "pp", false)
+func newTopologyUnshaped(t testing.TB, opts topologyOptions) *testnet.Net {
+	opts.shaped = false
+	n := buildTopologyWith(t, "pp", opts)
 	wireLikeHosts(n)
 	return n
 }
@@ -263,12 +284,12 @@ func (b *bond) stop(t testing.TB) {
 // tryStartBond is startBond with its fatal failures (daemons that exit or never bring
 // the tunnel up) turned into an error, so a datapath under construction costs only
 // its own cells. dir is the daemons' directory (their logs), also on failure.
-func tryStartBond(b testing.TB, n *testnet.Net, daemonArgs ...string) (bd *bond, dir string, err error) {
+func tryStartBond(b testing.TB, n *testnet.Net, opts bondOptions, daemonArgs ...string) (bd *bond, dir string, err error) {
 	st := &softTB{TB: b}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		bd = startBond(st, n, daemonArgs...)
+		bd = startBondWith(st, n, opts, daemonArgs...)
 	}()
 	<-done
 	if st.err != "" || bd == nil {
@@ -314,6 +335,7 @@ type ppsResult struct {
 	MeasureSeconds   float64         `json:"measure_seconds_per_cell"`
 	CPUBasis         string          `json:"cpu_basis"`
 	InnerSizeMeaning string          `json:"inner_packet_bytes_meaning"`
+	OuterIP          string          `json:"outer_ip"` // the uplinks' version (AGGD_PPS_OUTER)
 	Paths            []ppsPathStatus `json:"path_status"`
 	Cells            []ppsCell       `json:"cells"`
 	Ratios           []ppsRatio      `json:"fast_over_slow"`

@@ -100,6 +100,9 @@ type topologyOptions struct {
 	// ipv6Uplink k (from 1) makes uplink k an IPv6-only line: IPv6 addresses on both
 	// ends and none of IPv4, and the headend's headendIPv6 reachable over it.
 	ipv6Uplink int
+	// allIPv6 makes every uplink such a line (the CPE's routes to headendIPv6 by
+	// metric, as the IPv4 ones are).
+	allIPv6 bool
 	// mtu, if set, is the MTU of both ends of the uplinks addUplink creates.
 	mtu int
 }
@@ -120,7 +123,7 @@ func buildTopologyWith(t testing.TB, prefix string, opts topologyOptions) *testn
 		addUplink(n, i+1, opts)
 	}
 	n.Run("hub", "ip", "addr", "add", headendIP+"/32", "dev", "lo")
-	if opts.ipv6Uplink != 0 {
+	if opts.ipv6Uplink != 0 || opts.allIPv6 {
 		n.Run("hub", "ip", "-6", "addr", "add", headendIPv6+"/128", "dev", "lo", "nodad")
 	}
 	n.Veth("hub", "wan0", "10.97.0.1/24", "srv", "eth0", server+"/24")
@@ -132,11 +135,15 @@ func buildTopologyWith(t testing.TB, prefix string, opts topologyOptions) *testn
 // its rate uplinkRates[k-1] at both ends.
 func addUplink(n *testnet.Net, k int, opts topologyOptions) {
 	up, hl := fmt.Sprintf("up%d", k), fmt.Sprintf("hl%d", k)
-	if k == opts.ipv6Uplink {
+	if k == opts.ipv6Uplink || opts.allIPv6 {
 		n.Veth("cpe", up, "", "hub", hl, "")
 		n.Run("cpe", "ip", "-6", "addr", "add", fmt.Sprintf("2001:db8:98:%d::2/64", k), "dev", up, "nodad")
 		n.Run("hub", "ip", "-6", "addr", "add", fmt.Sprintf("2001:db8:98:%d::1/64", k), "dev", hl, "nodad")
-		n.Run("cpe", "ip", "-6", "route", "add", headendIPv6+"/128", "via", fmt.Sprintf("2001:db8:98:%d::1", k), "dev", up)
+		route := []string{"ip", "-6", "route", "add", headendIPv6 + "/128", "via", fmt.Sprintf("2001:db8:98:%d::1", k), "dev", up}
+		if opts.allIPv6 {
+			route = append(route, "metric", strconv.Itoa(100+k))
+		}
+		n.Run("cpe", route...)
 	} else if opts.mtu != 0 {
 		// The MTU before the addresses: the CPE sizes the tunnel when the address comes.
 		n.Veth("cpe", up, "", "hub", hl, "")
@@ -162,6 +169,16 @@ func addUplink(n *testnet.Net, k int, opts topologyOptions) {
 // if any, are appended to both daemons' command lines (e.g. "--no-bpf").
 func startBond(t testing.TB, n *testnet.Net, daemonArgs ...string) *bond {
 	return startBondWith(t, n, bondOptions{}, daemonArgs...)
+}
+
+// ipv6BondOptions is the bond over IPv6-only uplinks ks: the headend listens on both
+// versions, and each of those uplinks sends to its IPv6 address.
+func ipv6BondOptions(ks ...int) bondOptions {
+	opts := bondOptions{listen: "[::]:4242", uplink: map[int]string{}}
+	for _, k := range ks {
+		opts.uplink[k] = `    endpoint: "[` + headendIPv6 + `]:4242"` + "\n"
+	}
+	return opts
 }
 
 // bondOptions varies the CPE's config from startBond's.
