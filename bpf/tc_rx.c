@@ -212,9 +212,7 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	const struct aggd_fp_rx_config *cfg;
 	struct aggd_fp_rx_divert *divert;
 	struct aggd_fp_rx_order *order;
-	struct aggd_ipv4_hdr *ip;
-	struct aggd_ipv6_hdr *ip6;
-	struct aggd_udp_hdr *udp;
+	struct aggd_tunnel_ip outer;
 	struct aggd_hdr *hdr = NULL;
 	enum aggd_reason reason;
 	enum aggd_order_pkt pkt = AGGD_ORDER_CAN;
@@ -224,40 +222,17 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	__u8 link_id;
 	__be32 session;
 	__be16 proto;
-	int is_v6 = 0, outer_v6;
+	int is_v6 = 0;
 	long err;
 
 	/* --- 1. Ours? The shield's classification, and IPv6 first fragments
 	 * (which the shield leaves to the daemon). --- */
-	if (aggd_parse_eth(&c, &proto) < 0)
+	if (aggd_locate_tunnel(&c, tunnel_port, 1, &hdr, &body_len, &reason, &outer) < 0)
 		return TC_ACT_OK;
-	l2 = c.pos - (void *)(long)skb->data;
-	if (proto == bpf_htons(ETH_P_IP)) {
-		if (aggd_parse_ipv4_udp_to(&c, tunnel_port, &ip, &udp) < 0)
-			return TC_ACT_OK;
-		reason = aggd_locate_hdr(&c, ip, udp, &hdr, &body_len);
-		iphl = aggd_ipv4_hlen(ip);
-		ip_len = aggd_bound16(bpf_ntohs(ip->tot_len));
-	} else if (proto == bpf_htons(ETH_P_IPV6)) {
-		ip6 = aggd_parse_ipv6(&c);
-		if (!ip6)
-			return TC_ACT_OK;
-		if (ip6->nexthdr == IPPROTO_UDP) {
-			udp = aggd_parse_udp_to(&c, tunnel_port);
-			if (!udp)
-				return TC_ACT_OK;
-			reason = aggd_locate_hdr6(&c, ip6, udp, &hdr, &body_len);
-		} else if (aggd_parse_ipv6_first_fragment_to(&c, ip6, tunnel_port, &udp) == 0) {
-			reason = aggd_locate_hdr6_first_fragment(&c, ip6, udp, &hdr, &body_len);
-		} else {
-			return TC_ACT_OK;
-		}
-		iphl = sizeof(*ip6);
-		ip_len = sizeof(*ip6) + aggd_bound16(bpf_ntohs(ip6->payload_len));
-	} else {
-		return TC_ACT_OK;
-	}
-	outer_v6 = proto == bpf_htons(ETH_P_IPV6);
+	l2 = outer.l2;
+	iphl = outer.hlen;
+	ip_len = outer.len;
+	proto = outer.v6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
 
 	/* --- 2. A whole, valid header; DATA only. --- */
 	if (reason != AGGD_REASON_NONE || !hdr || aggd_hdr_check(hdr) != AGGD_REASON_NONE)
@@ -352,7 +327,7 @@ int aggd_tc_rx(struct __sk_buff *skb)
 
 	/* --- 6. Deliver. next has moved past seq: from here a failure is a
 	 * loss (see the top of the file). --- */
-	if (is_v6 == outer_v6) {
+	if (is_v6 == outer.v6) {
 		err = bpf_skb_adjust_room(skb, -(__s32)outer_len, BPF_ADJ_ROOM_MAC, 0);
 	} else if (is_v6) {
 		/* Inserts 20 bytes behind the MAC header. */

@@ -327,9 +327,16 @@ __noinline __s64 tx_bytes_sum(struct __sk_buff *skb, __u32 off, __u32 len)
  * The sum of the inner packet's len bytes at l2 as they will leave through
  * the uplink (the outer UDP checksum over IPv6 covers them): as they are,
  * except that an inner TCP or UDP checksum still pending counts as filled in.
- * Filled in, it makes its segment sum to the complement of the segment's
- * pseudo-header sum (aggd_csum_segment_final), so a pending one spares the
- * pass over the payload: the header's sum and that complement are the whole.
+ * Pending (CHECKSUM_PARTIAL: a local packet, or one forwarded from a veth),
+ * the field holds the folded pseudo-header sum (Linux writes
+ * ~csum_tcpudp_magic(..., 0)), and the uplink's transmit fills it in behind
+ * the outer header whose checksum must already cover it. Filled in, a right
+ * checksum makes the segment sum to the complement of its pseudo-header's
+ * sum (which is also what a complete one gives now, so a complete checksum
+ * that happens to equal that value changes nothing). That spares the pass
+ * over the payload: the header's sum and that complement are the whole.
+ * Anything else (a UDP datagram without a checksum, a wrong one) is summed as
+ * it is.
  * Inner fragments, IPv6 extension headers and other protocols are summed as
  * they are. Returns -1 if the bytes could not be read.
  */

@@ -192,43 +192,6 @@ static __always_inline enum aggd_reason shield_auth(const struct aggd_hdr *hdr, 
 	return ok ? AGGD_REASON_NONE : AGGD_REASON_BAD_TAG;
 }
 
-/*
- * Finds the aggd header of a UDP datagram to the tunnel port behind IPv4 or a
- * fixed IPv6 header. Returns -1 for anything else (not ours: pass, uncounted),
- * else 0 with the length checks' verdict in *reason.
- */
-static __always_inline int shield_locate(struct aggd_cursor *c, struct aggd_hdr **hdr, __u32 *body_len,
-					 enum aggd_reason *reason)
-{
-	struct aggd_ipv4_hdr *ip;
-	struct aggd_ipv6_hdr *ip6;
-	struct aggd_udp_hdr *udp;
-	__be16 proto;
-
-	/* Frames we cannot even classify are not ours to judge: the stack
-	 * drops what is really malformed. */
-	if (aggd_parse_eth(c, &proto) < 0)
-		return -1;
-	if (proto == bpf_htons(ETH_P_IP)) {
-		if (aggd_parse_ipv4_udp_to(c, tunnel_port, &ip, &udp) < 0)
-			return -1;
-		*reason = aggd_locate_hdr(c, ip, udp, hdr, body_len);
-		return 0;
-	}
-	if (proto == bpf_htons(ETH_P_IPV6)) {
-		ip6 = aggd_parse_ipv6(c);
-		/* Behind extension headers (a fragment, say): the daemon judges. */
-		if (!ip6 || ip6->nexthdr != IPPROTO_UDP)
-			return -1;
-		udp = aggd_parse_udp_to(c, tunnel_port);
-		if (!udp)
-			return -1;
-		*reason = aggd_locate_hdr6(c, ip6, udp, hdr, body_len);
-		return 0;
-	}
-	return -1;
-}
-
 SEC("xdp")
 int aggd_xdp_shield(struct xdp_md *ctx)
 {
@@ -239,8 +202,9 @@ int aggd_xdp_shield(struct xdp_md *ctx)
 	struct aggd_hdr *hdr = NULL;
 	enum aggd_reason reason = AGGD_REASON_NONE;
 	__u32 body_len = 0;
+	struct aggd_tunnel_ip ip;
 
-	if (shield_locate(&c, &hdr, &body_len, &reason) < 0)
+	if (aggd_locate_tunnel(&c, tunnel_port, 0, &hdr, &body_len, &reason, &ip) < 0)
 		return XDP_PASS;
 	if (reason == AGGD_REASON_NONE)
 		reason = hdr ? aggd_hdr_check(hdr) : AGGD_REASON_TRUNCATED;

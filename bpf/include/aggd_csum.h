@@ -63,19 +63,6 @@ static __always_inline __u16 aggd_csum_udp_final(__u32 sum)
 	return c ? c : 0xffff;
 }
 
-/*
- * Inner TCP and UDP checksums still pending. A packet can reach agg0's egress
- * with its checksum still pending (CHECKSUM_PARTIAL): the field holds the
- * folded pseudo-header sum (Linux writes ~csum_tcpudp_magic(..., 0)), and the
- * uplink's transmit fills it in behind the outer header whose checksum must
- * already cover it. Filled in, a correct checksum makes the segment sum to the
- * complement of its pseudo-header's sum, which is also what a complete,
- * correct checksum gives now. So a field that holds the pseudo-header's folded
- * sum (pending, or by a 1-in-65536 chance complete) stands for a segment that
- * will sum to its complement; anything else (a UDP datagram without a
- * checksum, a wrong one) is summed as it is.
- */
-
 /* The RFC 1071 checksum of a 20-byte IPv4 header (its check field 0). */
 static __always_inline __u16 aggd_ipv4_csum(const void *ip)
 {

@@ -325,4 +325,63 @@ aggd_locate_hdr6_first_fragment(struct aggd_cursor *c, struct aggd_ipv6_hdr *ip6
 	return aggd_locate_in_ip(c, (void *)(ip6 + 1) + payload, payload - frag, 1, udp, hdrp, body_lenp);
 }
 
+/* Where a tunnel datagram lies in its IP packet (aggd_locate_tunnel). */
+struct aggd_tunnel_ip {
+	__u32 l2;   /* bytes in front of the IP header: Ethernet and VLAN tags */
+	__u32 hlen; /* IP header bytes: IPv4 with options, or the fixed IPv6 header */
+	__u32 len;  /* the IP packet's length by its header */
+	int v6;     /* outer IPv6 */
+};
+
+/*
+ * Finds the aggd header of a UDP datagram to port behind IPv4 or a fixed IPv6
+ * header (with frag6, also an IPv6 first fragment: the receive program counts
+ * one for the daemon; the shield leaves fragments to the daemon). Returns -1
+ * for anything else (not ours: pass, uncounted), else 0 with the length
+ * checks' verdict in *reason, and the IP header's layout in *ip.
+ */
+static __always_inline int aggd_locate_tunnel(struct aggd_cursor *c, __u16 port, int frag6, struct aggd_hdr **hdr,
+					      __u32 *body_len, enum aggd_reason *reason, struct aggd_tunnel_ip *ip)
+{
+	struct aggd_ipv4_hdr *ip4;
+	struct aggd_ipv6_hdr *ip6;
+	struct aggd_udp_hdr *udp;
+	void *start = c->pos;
+	__be16 proto;
+
+	/* Frames we cannot even classify are not ours to judge: the stack
+	 * drops what is really malformed. */
+	if (aggd_parse_eth(c, &proto) < 0)
+		return -1;
+	ip->l2 = c->pos - start;
+	if (proto == bpf_htons(ETH_P_IP)) {
+		if (aggd_parse_ipv4_udp_to(c, port, &ip4, &udp) < 0)
+			return -1;
+		*reason = aggd_locate_hdr(c, ip4, udp, hdr, body_len);
+		ip->hlen = aggd_ipv4_hlen(ip4);
+		ip->len = aggd_bound16(bpf_ntohs(ip4->tot_len));
+		ip->v6 = 0;
+		return 0;
+	}
+	if (proto != bpf_htons(ETH_P_IPV6))
+		return -1;
+	ip6 = aggd_parse_ipv6(c);
+	if (!ip6)
+		return -1;
+	if (ip6->nexthdr == IPPROTO_UDP) {
+		udp = aggd_parse_udp_to(c, port);
+		if (!udp)
+			return -1;
+		*reason = aggd_locate_hdr6(c, ip6, udp, hdr, body_len);
+	} else if (frag6 && aggd_parse_ipv6_first_fragment_to(c, ip6, port, &udp) == 0) {
+		*reason = aggd_locate_hdr6_first_fragment(c, ip6, udp, hdr, body_len);
+	} else {
+		return -1; /* behind other extension headers: the daemon judges */
+	}
+	ip->hlen = sizeof(*ip6);
+	ip->len = sizeof(*ip6) + aggd_bound16(bpf_ntohs(ip6->payload_len));
+	ip->v6 = 1;
+	return 0;
+}
+
 #endif /* AGGD_PARSE_H */

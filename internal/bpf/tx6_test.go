@@ -130,20 +130,14 @@ func checkEncap6(t *testing.T, name string, out, dmac, smac []byte, l TxLink, ke
 	if len(out) != 14+wire.OverheadIPv6+len(inner) {
 		t.Fatalf("%s: output is %d bytes, want %d\n% x", name, len(out), 14+wire.OverheadIPv6+len(inner), out)
 	}
-	wantEth := append(append(append([]byte{}, dmac...), smac...), 0x86, 0xdd)
-	if !bytes.Equal(out[:14], wantEth) {
-		t.Errorf("%s: Ethernet header % x, want % x", name, out[:14], wantEth)
-	}
+	checkEthernet(t, name, out, dmac, smac, etherTypeIPv6)
 	udpLen := 8 + wire.HeaderLen + len(inner)
 	ip := []byte{0x60, 0, 0, 0, byte(udpLen >> 8), byte(udpLen), protoUDP, 64}
 	ip = append(append(ip, l.Src.Addr().AsSlice()...), l.Dst.Addr().AsSlice()...)
 	if !bytes.Equal(out[14:54], ip) {
 		t.Errorf("%s: outer IPv6 % x, want % x", name, out[14:54], ip)
 	}
-	udp := binary.BigEndian.AppendUint16(nil, l.Src.Port())
-	udp = binary.BigEndian.AppendUint16(udp, l.Dst.Port())
-	udp = binary.BigEndian.AppendUint16(udp, uint16(udpLen))
-	if !bytes.Equal(out[54:60], udp) {
+	if udp := udpPortsAndLength(l, udpLen); !bytes.Equal(out[54:60], udp) {
 		t.Errorf("%s: outer UDP % x, want % x", name, out[54:60], udp)
 	}
 	if binary.BigEndian.Uint16(out[60:]) == 0 {
@@ -154,15 +148,7 @@ func checkEncap6(t *testing.T, name string, out, dmac, smac []byte, l TxLink, ke
 	if sum = onesSum(sum, leaves); sum != 0xffff {
 		t.Errorf("%s: UDP checksum %#04x does not check out over the packet as it leaves (sum %#04x)", name, binary.BigEndian.Uint16(out[60:]), sum)
 	}
-	got, err := wire.ParseHeader(out[62:])
-	if err != nil {
-		t.Fatalf("%s: output's aggd header: %v", name, err)
-	}
-	h.Timestamp = got.Timestamp
-	if want := sealedData(key, h, inner); !bytes.Equal(out[62:], want) {
-		t.Errorf("%s: aggd datagram\n% x\nwant (as the slow path seals it)\n% x", name, out[62:], want)
-	}
-	return got
+	return checkSealed(t, name, out[62:], key, h, inner)
 }
 
 // Over an IPv6 link the output is the IPv6 form of the slow path's datagram,

@@ -215,28 +215,45 @@ func checkEncap(t *testing.T, name string, out []byte, dmac, smac []byte, l TxLi
 	if len(out) != 14+wire.Overhead+len(inner) {
 		t.Fatalf("%s: output is %d bytes, want %d\n% x", name, len(out), 14+wire.Overhead+len(inner), out)
 	}
-	wantEth := append(append(append([]byte{}, dmac...), smac...), 0x08, 0x00)
-	if !bytes.Equal(out[:14], wantEth) {
-		t.Errorf("%s: Ethernet header % x, want % x", name, out[:14], wantEth)
-	}
+	checkEthernet(t, name, out, dmac, smac, etherTypeIPv4)
 	udpLen := 8 + wire.HeaderLen + len(inner)
 	if ip := outerIPv4(l.Src.Addr(), l.Dst.Addr(), udpLen); !bytes.Equal(out[14:34], ip) {
 		t.Errorf("%s: outer IPv4 % x, want % x", name, out[14:34], ip)
 	}
-	udp := binary.BigEndian.AppendUint16(nil, l.Src.Port())
-	udp = binary.BigEndian.AppendUint16(udp, l.Dst.Port())
-	udp = binary.BigEndian.AppendUint16(udp, uint16(udpLen))
-	udp = append(udp, 0, 0)
-	if !bytes.Equal(out[34:42], udp) {
+	if udp := append(udpPortsAndLength(l, udpLen), 0, 0); !bytes.Equal(out[34:42], udp) {
 		t.Errorf("%s: outer UDP % x, want % x", name, out[34:42], udp)
 	}
-	got, err := wire.ParseHeader(out[42:])
+	return checkSealed(t, name, out[42:], key, h, inner)
+}
+
+// checkEthernet checks an output's Ethernet header.
+func checkEthernet(t *testing.T, name string, out, dmac, smac []byte, etherType uint16) {
+	t.Helper()
+	want := binary.BigEndian.AppendUint16(append(append([]byte{}, dmac...), smac...), etherType)
+	if !bytes.Equal(out[:14], want) {
+		t.Errorf("%s: Ethernet header % x, want % x", name, out[:14], want)
+	}
+}
+
+// udpPortsAndLength is the first 6 bytes of link l's outer UDP header.
+func udpPortsAndLength(l TxLink, udpLen int) []byte {
+	udp := binary.BigEndian.AppendUint16(nil, l.Src.Port())
+	udp = binary.BigEndian.AppendUint16(udp, l.Dst.Port())
+	return binary.BigEndian.AppendUint16(udp, uint16(udpLen))
+}
+
+// checkSealed checks an output's aggd datagram d against what the slow path seals
+// with header h (whose Timestamp is taken from d: the kernel's clock) around inner,
+// and returns d's header.
+func checkSealed(t *testing.T, name string, d []byte, key auth.Key, h wire.Header, inner []byte) wire.Header {
+	t.Helper()
+	got, err := wire.ParseHeader(d)
 	if err != nil {
 		t.Fatalf("%s: output's aggd header: %v", name, err)
 	}
 	h.Timestamp = got.Timestamp
-	if want := sealedData(key, h, inner); !bytes.Equal(out[42:], want) {
-		t.Errorf("%s: aggd datagram\n% x\nwant (as the slow path seals it)\n% x", name, out[42:], want)
+	if want := sealedData(key, h, inner); !bytes.Equal(d, want) {
+		t.Errorf("%s: aggd datagram\n% x\nwant (as the slow path seals it)\n% x", name, d, want)
 	}
 	return got
 }

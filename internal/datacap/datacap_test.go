@@ -270,34 +270,26 @@ func TestRestartCountsWhatTheLineCarriedWhileStopped(t *testing.T) {
 		}
 	}
 
-	// A reading in link-layer bytes (versions before readings counted IP bytes) is
-	// not comparable with this run's: the first reading is a baseline.
-	raw := filepath.Join(t.TempDir(), FileName)
-	if err := os.WriteFile(raw, []byte(`{"version": 1, "uplinks": {"lte": {"period_start": "2026-11-01T00:00:00+01:00", "used_bytes": 1000,
-		"last_reading": {"boot_id": "boot-a", "ifindex": 4, "rx_bytes": 12000, "tx_bytes": 6000}}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m0 := &Meter{Name: "lte", Limit: 1 << 30, Schedule: Schedule{Monthly, 1}, Boot: "boot-a"}
-	if _, err := Load(raw, later, []*Meter{m0}); err != nil {
-		t.Fatal(err)
-	}
-	m0.Observe(later, Counters{Index: 4, Rx: 11600, Tx: 5900}, true)
-	if m0.Used() != 1000 {
-		t.Errorf("from a reading in link-layer bytes: used %d after the first reading, want 1000", m0.Used())
-	}
-
-	// A file written before readings were kept: the first reading is a baseline.
-	old := filepath.Join(t.TempDir(), FileName)
-	if err := os.WriteFile(old, []byte(`{"version": 1, "uplinks": {"lte": {"period_start": "2026-11-01T00:00:00+01:00", "used_bytes": 1000}}}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	m := &Meter{Name: "lte", Limit: 1 << 30, Schedule: Schedule{Monthly, 1}, Boot: "boot-a"}
-	if _, err := Load(old, later, []*Meter{m}); err != nil {
-		t.Fatal(err)
-	}
-	m.Observe(later, Counters{Index: 4, Rx: 11600, Tx: 5900}, true)
-	if m.Used() != 1000 {
-		t.Errorf("from a file without a reading: used %d after the first reading, want 1000", m.Used())
+	// Files of older versions: one written before readings were kept, and one whose
+	// reading counts link-layer bytes (before readings counted IP bytes), which is not
+	// comparable with this run's. Either way the first reading is a baseline.
+	for _, c := range []struct{ what, record string }{
+		{"a file without a reading", `"used_bytes": 1000`},
+		{"a reading in link-layer bytes", `"used_bytes": 1000, "last_reading": {"boot_id": "boot-a", "ifindex": 4, "rx_bytes": 12000, "tx_bytes": 6000}`},
+	} {
+		old := filepath.Join(t.TempDir(), FileName)
+		file := `{"version": 1, "uplinks": {"lte": {"period_start": "2026-11-01T00:00:00+01:00", ` + c.record + `}}}`
+		if err := os.WriteFile(old, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		m := &Meter{Name: "lte", Limit: 1 << 30, Schedule: Schedule{Monthly, 1}, Boot: "boot-a"}
+		if _, err := Load(old, later, []*Meter{m}); err != nil {
+			t.Fatal(err)
+		}
+		m.Observe(later, Counters{Index: 4, Rx: 11600, Tx: 5900}, true)
+		if m.Used() != 1000 {
+			t.Errorf("from %s: used %d after the first reading, want 1000", c.what, m.Used())
+		}
 	}
 
 	// In another period the saved count is spent, and so is the gap: its split
