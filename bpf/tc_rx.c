@@ -300,8 +300,10 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	 * another CPU never sees a torn value. --- */
 	bpf_spin_lock(&order->lock);
 	res = aggd_order_judge(order, (__u32)divert->count, seq, pkt);
-	if (res & AGGD_ORDER_DIVERTED)
+	if (res & AGGD_ORDER_DIVERTED) {
+		aggd_order_note_diverted(order, (__u32)divert->count, link_id, link_seq);
 		__sync_fetch_and_add(&divert->count, segs);
+	}
 	bpf_spin_unlock(&order->lock);
 
 	action = res & AGGD_ORDER_ACTION_MASK;

@@ -199,9 +199,16 @@ enum aggd_fp_rx_verdict {
  *    not consumed. Then owner = BPF, next = req_next, req_valid = 0, and the
  *    packet is judged as under owner BPF. A stale request (stamp behind the
  *    count) can never match again: the count only grows.
- *  - After posting, the daemon reads rx_order when its next DATA packet
- *    arrives: epoch unchanged means the request died (the daemon still owns);
- *    epoch moved means BPF accepted and has since handed over again at next.
+ *  - After posting, the daemon reads rx_divert's count and then rx_order when
+ *    its next DATA packet arrives: epoch moved means BPF accepted and has
+ *    since handed over again at next; epoch unchanged with the count beyond
+ *    the stamp means the request died (the daemon still owns); with the count
+ *    at the stamp, no packet has judged it yet, and the packet in hand is one
+ *    the daemon's count already held (it had taken it for lost): dropped.
+ *  - A passed-up packet lost on the host leaves the counts apart: the daemon
+ *    finds it by the note BPF keeps of the last packet it counted
+ *    (last_before and the packet's link and link sequence number), or after a
+ *    quiet second, and corrects its count (docs/fastpath-ordering.md 4.4).
  */
 #define AGGD_FP_OWNER_BPF 0
 #define AGGD_FP_OWNER_DAEMON 1
@@ -214,7 +221,16 @@ struct aggd_fp_rx_order {
 	__u32 req_valid; /* 1: a handback request is posted */
 	__u32 req_stamp; /* low 32 bits of the daemon's consumed count */
 	__u32 req_next;  /* where BPF continues if it accepts */
-	__u32 pad;
+	/* The latest DATA packet counted in rx_divert: the count before it, and
+	 * its link and link sequence number. BPF writes them under the lock as it
+	 * counts; the daemon only reads them, and writes back what it read when it
+	 * posts (an older note, but as true: a packet and the count before it).
+	 * When that packet reaches the daemon, it compares the count with its
+	 * own: what stays missing was lost on the host (the tally,
+	 * internal/handover). */
+	__u32 last_before;
+	__u32 last_link_seq;
+	__u32 last_link;
 };
 
 /* rx_divert value (key as rx_order): DATA packets passed up to the daemon
@@ -253,7 +269,7 @@ _Static_assert(__builtin_offsetof(struct aggd_fp_tx_session, links) == 32, "link
 _Static_assert(sizeof(struct aggd_fp_tx_seq) == 8 + 8 * AGGD_FP_MAX_LINKS, "tx seq layout");
 _Static_assert((AGGD_FP_SENT_LOG & (AGGD_FP_SENT_LOG - 1)) == 0, "sent log size is a power of two");
 _Static_assert(sizeof(struct aggd_fp_tx_sched) == 16 + 2 * 8 * AGGD_FP_MAX_LINKS, "tx sched layout");
-_Static_assert(sizeof(struct aggd_fp_rx_order) == 32, "rx order is 32 bytes");
+_Static_assert(sizeof(struct aggd_fp_rx_order) == 40, "rx order is 40 bytes");
 _Static_assert(sizeof(struct aggd_fp_rx_link_stats) == 32, "rx link stats is 32 bytes");
 
 #endif /* AGGD_FASTPATH_H */

@@ -22,7 +22,10 @@
  *
  * Every packet that is passed up while the daemon owns or because of a
  * handover is counted (AGGD_ORDER_DIVERTED): that count is what a handback's
- * stamp is compared with, and the daemon counts exactly these packets.
+ * stamp is compared with, and the daemon counts exactly these packets. The
+ * latest one counted is noted with the count before it, so that the daemon can
+ * tell a counted packet lost on the host while traffic flows
+ * (aggd_order_note_diverted).
  */
 #ifndef AGGD_ORDER_H
 #define AGGD_ORDER_H
@@ -104,6 +107,19 @@ static __always_inline __u32 aggd_order_judge(struct aggd_fp_rx_order *o, __u32 
 	if (pkt == AGGD_ORDER_AGGREGATE || d == 0)
 		return AGGD_ORDER_HANDOVER | AGGD_ORDER_DIVERTED;
 	return AGGD_ORDER_GAP | AGGD_ORDER_DIVERTED;
+}
+
+/*
+ * Note in o the packet about to be counted in rx_divert (AGGD_ORDER_DIVERTED;
+ * of a GRO aggregate, the first), with diverted, the count before it. Under
+ * the same lock as the count, so the note and the count agree.
+ */
+static __always_inline void aggd_order_note_diverted(struct aggd_fp_rx_order *o, __u32 diverted, __u8 link_id,
+						     __u32 link_seq)
+{
+	o->last_before = diverted;
+	o->last_link_seq = link_seq;
+	o->last_link = link_id;
 }
 
 #endif /* AGGD_ORDER_H */

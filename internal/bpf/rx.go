@@ -170,6 +170,8 @@ func (r *Rx) ReadOrder(index uint32) (Order, error) {
 	return Order{
 		Owner: Owner(v.Owner), Next: v.Next, Epoch: v.Epoch,
 		ReqValid: v.ReqValid != 0, ReqStamp: v.ReqStamp, ReqNext: v.ReqNext,
+		LastDiverted:   handover.PacketID{Link: uint8(v.LastLink), LinkSeq: v.LastLinkSeq},
+		DivertedBefore: v.LastBefore,
 	}, nil
 }
 
@@ -179,6 +181,7 @@ func (r *Rx) WriteOrder(index uint32, o Order) error {
 	v := fprxAggdFpRxOrder{
 		Owner: uint32(o.Owner), Next: o.Next, Epoch: o.Epoch,
 		ReqStamp: o.ReqStamp, ReqNext: o.ReqNext,
+		LastBefore: o.DivertedBefore, LastLinkSeq: o.LastDiverted.LinkSeq, LastLink: uint32(o.LastDiverted.Link),
 	}
 	if o.ReqValid {
 		v.ReqValid = 1

@@ -394,8 +394,9 @@ func TestRxVerdicts(t *testing.T) {
 	checkRx(t, r, "duplicate", frameSpec{payload: data(100)}.build(), nil, tcShot, "drop_old")
 	checkRx(t, r, "far behind", frameSpec{payload: data(100 + 1<<31 + 1)}.build(), nil, tcShot, "drop_old")
 	checkRx(t, r, "gap", frameSpec{payload: data(103)}.build(), nil, tcOK, "gap")
-	if o := readOrder(t, r, idx); o != (Order{Owner: OwnerDaemon, Next: 101, Epoch: 8}) {
-		t.Errorf("after the gap: %+v, want owner daemon, next 101 (the handover point), epoch 8", o)
+	if o := readOrder(t, r, idx); o != (Order{Owner: OwnerDaemon, Next: 101, Epoch: 8,
+		LastDiverted: handover.PacketID{Link: 2, LinkSeq: 103}, DivertedBefore: 1}) {
+		t.Errorf("after the gap: %+v, want owner daemon, next 101 (the handover point), epoch 8, the packet noted after 1 diverted", o)
 	}
 	checkRx(t, r, "daemon owns after gap", frameSpec{payload: data(101)}.build(), nil, tcOK, "daemon_owns")
 	if n := diverted(t, r, idx); n != 3 {
@@ -440,8 +441,8 @@ func TestRxUndeliverable(t *testing.T) {
 	for _, c := range cases {
 		bpfOwns(t, r, idx, 50)
 		checkRx(t, r, c.name, c.frame, c.ctx, tcOK, c.counted)
-		if o := readOrder(t, r, idx); o != (Order{Owner: OwnerDaemon, Next: 50, Epoch: 1}) {
-			t.Errorf("%s: order %+v, want handed over at 50 in epoch 1", c.name, o)
+		if o := readOrder(t, r, idx); !handedOverAt50(o) {
+			t.Errorf("%s: order %+v, want handed over at 50 in epoch 1, the packet noted first", c.name, o)
 		}
 		if n := diverted(t, r, idx); n != c.segs {
 			t.Errorf("%s: diverted %d, want %d", c.name, n, c.segs)
@@ -454,9 +455,16 @@ func TestRxUndeliverable(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRx(t, r, "no agg0", dataFrame(idx, 50, body), nil, tcOK, "daemon_owns")
-	if o := readOrder(t, r, idx); o != (Order{Owner: OwnerDaemon, Next: 50, Epoch: 1}) {
-		t.Errorf("no agg0: order %+v, want handed over at 50 in epoch 1", o)
+	if o := readOrder(t, r, idx); !handedOverAt50(o) {
+		t.Errorf("no agg0: order %+v, want handed over at 50 in epoch 1, the packet noted first", o)
 	}
+}
+
+// handedOverAt50 reports whether the program handed a fresh session over at 50, noting
+// the packet as the first it counted (which one TestRxNotesTheLastDiverted checks).
+func handedOverAt50(o Order) bool {
+	o.LastDiverted = handover.PacketID{}
+	return o == Order{Owner: OwnerDaemon, Next: 50, Epoch: 1, DivertedBefore: 0}
 }
 
 // enabledSession loads the receive program with session idx enabled (owned by the
@@ -541,7 +549,7 @@ func TestRxResyncAfterALostPassUp(t *testing.T) {
 			t.Fatalf("seq %d under owner daemon: %s", seq, tcNames[ret])
 		}
 	}
-	if _, _, err := d.OnData(); err != nil { // seq 0 reaches the daemon, seq 1 is lost
+	if _, _, err := d.OnData(handover.PacketID{}, time.Time{}); err != nil { // seq 0 reaches the daemon, seq 1 is lost
 		t.Fatal(err)
 	}
 	next := uint32(2) // the hold timer skipped seq 1
@@ -552,7 +560,7 @@ func TestRxResyncAfterALostPassUp(t *testing.T) {
 		if ret := run(next); ret != tcOK {
 			t.Fatalf("stale handback: seq %d %s, want passed up", next, tcNames[ret])
 		}
-		if _, _, err := d.OnData(); err != nil {
+		if _, _, err := d.OnData(handover.PacketID{}, time.Time{}); err != nil {
 			t.Fatal(err)
 		}
 		next++
@@ -575,6 +583,96 @@ func TestRxResyncAfterALostPassUp(t *testing.T) {
 	if o := readOrder(t, r, idx); o.Owner != OwnerBPF || o.Next != next+1 {
 		t.Errorf("order %+v, want the program owning at %d", o, next+1)
 	}
+}
+
+// The program notes every packet it counts, with its count before that packet, under
+// the lock: what the daemon's tally compares with its own count.
+func TestRxNotesTheLastDiverted(t *testing.T) {
+	const idx = 0x0a0b0c12
+	r := loadRxT(t)
+	if err := r.EnableSession(idx); err != nil {
+		t.Fatal(err)
+	}
+	body := innerIPv4(1, 60)
+	for i, p := range []struct {
+		seq     uint32
+		link    uint8
+		linkSeq uint32
+	}{{0, 1, 100}, {1, 2, 7}, {2, 1, 101}, {3, 0, 0xfffffffe}} {
+		frame := frameSpec{payload: dataDatagram(idx, p.seq, p.link, p.linkSeq, body)}.build()
+		if ret, _ := runTC(t, r.Program(), frame, nil); ret != tcOK {
+			t.Fatalf("seq %d under owner daemon: %s", p.seq, tcNames[ret])
+		}
+		o := readOrder(t, r, idx)
+		want := handover.PacketID{Link: p.link, LinkSeq: p.linkSeq}
+		if o.LastDiverted != want || o.DivertedBefore != uint32(i) {
+			t.Errorf("after seq %d: last diverted %+v with %d before it, want %+v with %d", p.seq,
+				o.LastDiverted, o.DivertedBefore, want, i)
+		}
+	}
+	// Not counted, not noted: a packet the program delivers itself.
+	bpfOwns(t, r, idx, 10)
+	if ret, _ := runTC(t, r.Program(), frameSpec{payload: dataDatagram(idx, 10, 1, 102, body)}.build(), nil); ret != tcRedirect {
+		t.Fatalf("seq 10 under owner bpf: %s", tcNames[ret])
+	}
+	if o := readOrder(t, r, idx); o.LastDiverted.LinkSeq == 102 {
+		t.Errorf("a delivered packet was noted: %+v", o)
+	}
+}
+
+// The real program and the daemon's handover code, with a passed-up packet lost on the
+// host while packets keep coming, a millisecond apart: no quiet period for Resync, but
+// the daemon's tally finds the loss within its window and the program takes the
+// ordering back.
+func TestRxTallyAfterALostPassUpWhileTrafficFlows(t *testing.T) {
+	const idx = 0x0a0b0c13
+	r := loadRxT(t)
+	if err := r.EnableSession(idx); err != nil {
+		t.Fatal(err)
+	}
+	d := handover.New(r, idx)
+	body := innerIPv4(1, 60)
+	now := time.Unix(1000, 0)
+	linkSeq := [2]uint32{}
+	kernelFrom := -1
+	for seq := uint32(0); seq < 600; seq++ {
+		link := uint8(seq % 2)
+		linkSeq[link]++
+		frame := frameSpec{payload: dataDatagram(idx, seq, link, linkSeq[link], body)}.build()
+		ret, _ := runTC(t, r.Program(), frame, nil)
+		now = now.Add(time.Millisecond)
+		switch {
+		case ret == tcRedirect:
+			if kernelFrom < 0 {
+				kernelFrom = int(seq)
+			}
+			continue
+		case ret != tcOK:
+			t.Fatalf("seq %d: %s", seq, tcNames[ret])
+		case kernelFrom >= 0:
+			t.Fatalf("seq %d passed up after the program took the ordering back at %d", seq, kernelFrom)
+		case seq == 1:
+			continue // lost on the host (the daemon's hold timer skips it)
+		}
+		reset, _, err := d.OnData(handover.PacketID{Link: link, LinkSeq: linkSeq[link]}, now)
+		if err != nil || reset {
+			t.Fatalf("seq %d: OnData: reset %v, %v", seq, reset, err)
+		}
+		if seq == 0 {
+			continue // still holding it when seq 1 came
+		}
+		if err := d.Idle(seq+1, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := d.Stats()
+	if kernelFrom < 0 || st.Tallies != 1 || st.TallyLost != 1 {
+		t.Fatalf("the program never took the ordering back (first delivered %d); handbacks %+v", kernelFrom, st)
+	}
+	if n := diverted(t, r, idx); d.Consumed() != n {
+		t.Errorf("the daemon counts %d, the program %d", d.Consumed(), n)
+	}
+	t.Logf("the program took the ordering back at seq %d (%d ms after the loss); handbacks %+v", kernelFrom, kernelFrom-1, st)
 }
 
 func TestRxLinkStats(t *testing.T) {
@@ -787,7 +885,7 @@ func runFastPath(t *testing.T, r *Rx, session uint32, spec seqSpec, events []eve
 		if !ok {
 			return
 		}
-		reset, next, err := d.OnData()
+		reset, next, err := d.OnData(handover.PacketID{Link: h.LinkID, LinkSeq: h.LinkSeq}, time.Unix(0, now))
 		if err != nil {
 			t.Fatalf("seq %d: OnData: %v", h.Seq, err)
 		}

@@ -431,11 +431,17 @@ func (s *fpSession) countHandbacks() {
 	}
 }
 
-func (s *fpSession) OnData() (restart bool, next uint32, drop bool) {
-	restart, next, err := s.ho.OnData()
+func (s *fpSession) OnData(link uint8, linkSeq uint32, now time.Time) (restart bool, next uint32, drop bool) {
+	was := s.seen
+	restart, next, err := s.ho.OnData(handover.PacketID{Link: link, LinkSeq: linkSeq}, now)
 	s.countHandbacks()
+	if s.seen.Tallies != was.Tallies {
+		s.f.log.Info("fast path: the receive counts disagreed while traffic flowed (a packet the kernel passed up "+
+			"was lost on the host: socket buffer full?); corrected so the kernel can take the ordering back",
+			"session", s.index, "packets", s.seen.TallyLost-was.TallyLost, "tallies", s.seen.Tallies)
+	}
 	switch {
-	case errors.Is(err, handover.ErrKernelOwns):
+	case errors.Is(err, handover.ErrKernelOwns), errors.Is(err, handover.ErrCountedBefore):
 		return false, 0, true
 	case err != nil:
 		s.warn("fast path: cannot read the ordering state", "err", err)
@@ -735,7 +741,10 @@ var handbackDesc = prometheus.NewDesc("aggd_fastpath_handbacks_total",
 	"The daemon's offers to hand the receive ordering back to the kernel, by outcome: "+
 		"posted, accepted, died (a packet was passed up after the offer), resynced (the "+
 		"daemon adopted the kernel's count after a quiet second: a passed-up packet was lost "+
-		"on the host).",
+		"on the host), tallied (the daemon corrected its count while traffic flowed, for the "+
+		"same reason), late (not an offer: a passed-up packet that arrived after a resync or "+
+		"tally had counted it lost, dropped), overcounted (an offer before which the daemon "+
+		"brought its count down to the kernel's, after such a packet).",
 	[]string{"outcome"}, nil)
 
 func (c fastPathCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -754,13 +763,16 @@ func (c fastPathCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	h := &c.f.handbacks
-	for outcome, n := range map[string]*atomic.Uint64{"posted": &h.posted, "accepted": &h.accepted, "died": &h.died, "resynced": &h.resynced} {
+	for outcome, n := range map[string]*atomic.Uint64{"posted": &h.posted, "accepted": &h.accepted, "died": &h.died, "resynced": &h.resynced, "tallied": &h.tallied,
+		"late": &h.late, "overcounted": &h.overcounted} {
 		ch <- prometheus.MustNewConstMetric(handbackDesc, prometheus.CounterValue, float64(n.Load()), outcome)
 	}
 }
 
 // handbackTotals are handover.Stats summed over sessions, readable at scrape time.
-type handbackTotals struct{ posted, accepted, died, resynced atomic.Uint64 }
+type handbackTotals struct {
+	posted, accepted, died, resynced, tallied, late, overcounted atomic.Uint64
+}
 
 // add adds what changed from was to now.
 func (h *handbackTotals) add(was, now handover.Stats) {
@@ -768,4 +780,7 @@ func (h *handbackTotals) add(was, now handover.Stats) {
 	h.accepted.Add(now.Accepted - was.Accepted)
 	h.died.Add(now.Died - was.Died)
 	h.resynced.Add(now.Resyncs - was.Resyncs)
+	h.tallied.Add(now.Tallies - was.Tallies)
+	h.late.Add(now.Late - was.Late)
+	h.overcounted.Add(now.Overcounts - was.Overcounts)
 }

@@ -18,6 +18,10 @@
 // restart at the new handover point); if not, the request died and the
 // daemon still owns.
 //
+// A packet the kernel passed up that the host lost leaves the two counts apart;
+// Resync (after a quiet period) and the tally (while traffic flows, tally.go)
+// bring them together again.
+//
 // This package has no dependencies: internal/bpf implements OrderMap on the
 // kernel's map (and re-exports Order), tests implement it in memory.
 package handover
@@ -25,6 +29,7 @@ package handover
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Owner says who orders a session's received DATA packets.
@@ -64,6 +69,19 @@ type Order struct {
 	ReqValid bool
 	ReqStamp uint32
 	ReqNext  uint32
+	// LastDiverted is the latest DATA packet the kernel passed up, and
+	// DivertedBefore the low 32 bits of its count before that packet (the
+	// tally's reference, tally.go). The kernel writes them; the daemon
+	// writes back what it read.
+	LastDiverted   PacketID
+	DivertedBefore uint32
+}
+
+// PacketID names a DATA packet as the kernel and the daemon both see it: the link it
+// came on and its link sequence number.
+type PacketID struct {
+	Link    uint8
+	LinkSeq uint32
 }
 
 // OrderMap reads and writes a session's Order atomically with respect to
@@ -84,13 +102,31 @@ type OrderMap interface {
 var ErrKernelOwns = errors.New("a DATA packet reached the daemon while the kernel owns the ordering; " +
 	"dropped (attach the receive program to every interface tunnel packets arrive on)")
 
+// ErrCountedBefore is returned by OnData for a DATA packet that reached the daemon
+// while its handback was pending and no packet had judged it yet: the kernel counted
+// this one before the handback was posted, so the daemon's count already held it when
+// it took the stamp, which it can only have done by taking the packet for lost (a
+// tally or a resync whose assumption failed: the packet took longer than allowed to
+// reach the daemon). The kernel may take the ordering at the stamp and deliver from
+// there, so the caller must drop the packet, as it would a stray: it is lost, never
+// delivered twice.
+var ErrCountedBefore = errors.New("a DATA packet reached the daemon after it had been counted as lost on the host; dropped")
+
 // Stats count the daemon's handbacks.
 type Stats struct {
 	Posted   uint64 // handback requests written
 	Accepted uint64 // of those, accepted by the kernel (learnt when it handed over again)
 	Died     uint64 // of those, never acceptable: a packet passed up after the stamp was taken
 	Strays   uint64 // DATA packets that arrived while the kernel owned (ErrKernelOwns)
-	Resyncs  uint64 // the consumed count set to the kernel's after a quiet period (Resync)
+	Late     uint64 // DATA packets that arrived after they were counted as lost (ErrCountedBefore)
+	// Overcounts: handbacks before which the daemon's count was above the kernel's
+	// (a packet counted as lost arrived after all, while the daemon owned), and came
+	// down to it.
+	Overcounts uint64
+	Resyncs    uint64 // the consumed count set to the kernel's after a quiet period (Resync)
+	Tallies    uint64 // the consumed count corrected while traffic flowed (tally.go)
+	// TallyLost is what the tallies added: passed-up packets lost on the host.
+	TallyLost uint64
 }
 
 // Daemon is one session's handover state on the daemon's side. It is not
@@ -105,6 +141,7 @@ type Daemon struct {
 	postedAt uint64 // consumed when the last handback was posted
 	ever     bool   // a handback was ever posted
 	epoch    uint32 // the kernel's epoch when the pending handback was posted
+	tally    tally
 
 	stats Stats
 }
@@ -118,44 +155,64 @@ func New(m OrderMap, index uint32) *Daemon {
 
 // OnData is called for every DATA packet of the session the daemon receives
 // (once its header and body passed the wire checks), before it goes into the
-// resequencer. If a handback is pending, it asks the kernel what became of
-// it: reset reports that the kernel accepted it and has handed over again at
-// next; the caller must then Restart its resequencer (empty since the
-// handback) at next, and resequence this packet from there.
+// resequencer, with the packet's link and link sequence number and the time.
+// If a handback is pending, it asks the kernel what became of it: reset
+// reports that the kernel accepted it and has handed over again at next; the
+// caller must then Restart its resequencer (empty since the handback) at
+// next, and resequence this packet from there.
 //
 // err == ErrKernelOwns: the kernel owns the ordering and did not pass this
-// packet up: the caller must drop it. Other errors (the kernel's state could
-// not be read) leave the handback pending; the caller resequences the packet
-// as usual, and the next packet asks again.
-func (d *Daemon) OnData() (reset bool, next uint32, err error) {
+// packet up; err == ErrCountedBefore: the daemon had counted it as lost and
+// its handback is not yet judged. The caller must drop it. Other errors (the
+// kernel's state could not be read) leave the handback pending; the caller
+// resequences the packet as usual, and the next packet asks again.
+func (d *Daemon) OnData(id PacketID, now time.Time) (reset bool, next uint32, err error) {
 	if !d.posted {
-		d.consumed++
+		d.consume(id, now)
 		return false, 0, nil
+	}
+	// The count before the ordering state (as Resync does): if the state
+	// shows the request neither accepted nor handed over, the count tells
+	// whether a packet has judged it.
+	count, err := d.m.Diverted(d.index)
+	if err != nil {
+		d.consume(id, now)
+		return false, 0, fmt.Errorf("session %#x: reading the kernel's divert count: %w", d.index, err)
 	}
 	o, err := d.m.ReadOrder(d.index)
 	if err != nil {
-		d.consumed++
+		d.consume(id, now)
 		return false, 0, fmt.Errorf("session %#x: reading the kernel's ordering state: %w", d.index, err)
 	}
 	switch {
 	case o.Epoch != d.epoch && o.Owner == OwnerDaemon:
 		// Accepted, and handed over again: this packet was passed up by
 		// that handover or after it.
-		d.consumed++
+		d.consume(id, now)
 		d.posted = false
 		d.stats.Accepted++
 		return true, o.Next, nil
 	case o.Epoch != d.epoch:
 		// Impossible: a second acceptance needs a second handback.
-		d.consumed++
+		d.consume(id, now)
 		return false, 0, fmt.Errorf("session %#x: the kernel owns the ordering in epoch %d, "+
 			"but the daemon posted in epoch %d: the ordering state was changed by someone else (restart aggd)",
 			d.index, o.Epoch, d.epoch)
+	case o.Owner == OwnerDaemon && uint32(count) == uint32(d.postedAt):
+		// Nothing was counted since the stamp was taken (up to the count's
+		// read; nothing was accepted up to the state's): no packet has
+		// judged the request, and it may still be accepted. This packet
+		// was counted before the stamp, and the stamp already holds it.
+		d.stats.Late++
+		return false, 0, ErrCountedBefore
 	case o.Owner == OwnerDaemon:
 		// The request died: this packet, or an earlier one, was passed up
 		// after the stamp was taken, so the kernel's count is beyond it
 		// for good. The daemon owns; it posts again when it is empty.
-		d.consumed++
+		// The tally watches for the packet the kernel counted last (it
+		// may be this one) to tell whether one counted was lost.
+		d.tally.watchFor(o, now)
+		d.consume(id, now)
 		d.posted = false
 		d.stats.Died++
 		return false, 0, nil
@@ -167,6 +224,18 @@ func (d *Daemon) OnData() (reset bool, next uint32, err error) {
 	}
 }
 
+// consume counts a DATA packet the kernel passed up, after the tally had its look at
+// the count before it.
+func (d *Daemon) consume(id PacketID, now time.Time) {
+	if lost := d.tally.observe(id, d.consumed, now); lost > 0 {
+		d.consumed += lost
+		d.tally.reset()
+		d.stats.Tallies++
+		d.stats.TallyLost += lost
+	}
+	d.consumed++
+}
+
 // Idle is called whenever the daemon has processed packets or timers, with
 // its resequencer's next expected sequence number and whether it holds
 // nothing. If it holds nothing, no handback is pending and a packet was
@@ -176,6 +245,19 @@ func (d *Daemon) OnData() (reset bool, next uint32, err error) {
 func (d *Daemon) Idle(next uint32, empty bool) error {
 	if !empty || d.posted || (d.ever && d.consumed == d.postedAt) {
 		return nil
+	}
+	// The count first, as Resync does. A stamp above it could match later, once the
+	// kernel's count has grown to it, after the daemon has given the request up (on
+	// a packet, or in Resync): the kernel would take the ordering the daemon still
+	// holds. A count of the daemon's own above the kernel's (a tally took a packet
+	// for lost, and it came after all while the daemon owned) comes down to it.
+	count, err := d.m.Diverted(d.index)
+	if err != nil {
+		return fmt.Errorf("session %#x: reading the kernel's divert count: %w", d.index, err)
+	}
+	if d.consumed > count {
+		d.consumed = count
+		d.stats.Overcounts++
 	}
 	o, err := d.m.ReadOrder(d.index)
 	if err != nil {
@@ -213,8 +295,10 @@ func (d *Daemon) Idle(next uint32, empty bool) error {
 // that handover were the ones lost): the caller must Restart its
 // resequencer at next. If the quiet-period assumption was wrong (a counted
 // packet was still queued), that packet later reaches a daemon that has
-// already counted it: at worst it is lost, never delivered twice (the SPIN
-// model's fix-resync run).
+// already counted it: OnData drops it while the kernel owns or a handback
+// is unjudged, and Idle takes back a second count. At worst it is lost,
+// never delivered twice (the SPIN model's resync-early run). Traffic that
+// never pauses gives no quiet period; the tally (tally.go) covers that.
 func (d *Daemon) Resync() (reset bool, next uint32, err error) {
 	if !d.posted {
 		return false, 0, nil // Idle posts first; a posted request is what a resync replaces
@@ -243,6 +327,7 @@ func (d *Daemon) Resync() (reset bool, next uint32, err error) {
 		d.stats.Accepted++
 	}
 	d.consumed, d.posted = count, false
+	d.tally.reset()
 	d.stats.Resyncs++
 	return reset, next, nil
 }

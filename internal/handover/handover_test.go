@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aggd/aggd/internal/reseq"
 )
@@ -43,7 +44,8 @@ func (k *kernel) WriteOrder(_ uint32, o Order) error {
 	return nil
 }
 
-// packet judges one DATA packet the way aggd_order_judge does.
+// packet judges one DATA packet the way aggd_order_judge does; the packet's link
+// sequence number is its sequence number (one link).
 func (k *kernel) packet(seq uint32, onDeliver func()) action {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -56,7 +58,7 @@ func (k *kernel) packet(seq uint32, onDeliver func()) action {
 		}
 	}
 	if o.Owner != OwnerBPF {
-		k.divert++
+		k.divertOne(seq)
 		return daemonOwns
 	}
 	switch d := int32(seq - o.Next); {
@@ -69,8 +71,14 @@ func (k *kernel) packet(seq uint32, onDeliver func()) action {
 	}
 	o.Owner = OwnerDaemon
 	o.Epoch++
-	k.divert++
+	k.divertOne(seq)
 	return gap
+}
+
+// divertOne counts a packet passed up, noting it as aggd_order_note_diverted does.
+func (k *kernel) divertOne(seq uint32) {
+	k.o.LastDiverted, k.o.DivertedBefore = PacketID{LinkSeq: seq}, uint32(k.divert)
+	k.divert++
 }
 
 func (k *kernel) Diverted(uint32) (uint64, error) {
@@ -103,7 +111,8 @@ func TestFirstIdlePosts(t *testing.T) {
 func TestNoPostWhileHoldingOrUnchanged(t *testing.T) {
 	k := newKernel()
 	d := New(k, 1)
-	if _, _, err := d.OnData(); err != nil {
+	k.packet(2, nil) // passed up: the daemon owns
+	if _, _, err := d.OnData(PacketID{}, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Idle(3, false); err != nil || k.o.ReqValid {
@@ -114,7 +123,7 @@ func TestNoPostWhileHoldingOrUnchanged(t *testing.T) {
 	}
 	// It dies: a packet passed up after the stamp (divert 2 by now).
 	k.divert = 2
-	if reset, _, err := d.OnData(); reset || err != nil || d.Pending() {
+	if reset, _, err := d.OnData(PacketID{}, time.Time{}); reset || err != nil || d.Pending() {
 		t.Fatalf("dead request: reset %v err %v pending %v", reset, err, d.Pending())
 	}
 	if st := d.Stats(); st.Died != 1 {
@@ -145,7 +154,7 @@ func TestAcceptedThenHandedOver(t *testing.T) {
 	if a := k.packet(9, nil); a != gap {
 		t.Fatalf("kernel: %v, want gap", a)
 	}
-	reset, next, err := d.OnData()
+	reset, next, err := d.OnData(PacketID{}, time.Time{})
 	if !reset || next != 8 || err != nil {
 		t.Errorf("OnData after the handover: %v %d %v, want reset at 8", reset, next, err)
 	}
@@ -170,7 +179,7 @@ func TestResyncAfterAPassUpLostOnTheHost(t *testing.T) {
 	d := New(k, 1)
 	k.packet(0, nil) // the daemon owns: both passed up
 	k.packet(1, nil)
-	if _, _, err := d.OnData(); err != nil { // seq 0 arrives; seq 1 is dropped at the socket
+	if _, _, err := d.OnData(PacketID{}, time.Time{}); err != nil { // seq 0 arrives; seq 1 is dropped at the socket
 		t.Fatal(err)
 	}
 	next := uint32(1)
@@ -181,7 +190,7 @@ func TestResyncAfterAPassUpLostOnTheHost(t *testing.T) {
 		if a := k.packet(next+1, nil); a != daemonOwns {
 			t.Fatalf("round %d: kernel %v, want the packet passed up (the handback is stale)", round, a)
 		}
-		if _, _, err := d.OnData(); err != nil || d.Pending() {
+		if _, _, err := d.OnData(PacketID{}, time.Time{}); err != nil || d.Pending() {
 			t.Fatalf("round %d: OnData %v, pending %v; want the request dead", round, err, d.Pending())
 		}
 		next += 1 // the hold timer skipped seq 1, the resequencer released the rest
@@ -229,6 +238,39 @@ func TestResyncAfterAHandoverLostOnTheHost(t *testing.T) {
 	}
 }
 
+// A Resync whose quiet period was too short: a counted packet was still on its way, and
+// arrives after the daemon posted the handback that the resync made possible, before
+// any packet judged it. It is dropped (the kernel may take the ordering at the stamp,
+// which already holds it), and the handback stays pending and is accepted. Before the
+// daemon asked the count, it took the request for dead, resequenced the packet and
+// went on owning while the kernel could take over (the SPIN model's resync-early run).
+func TestResyncWrongAboutAPacketDropsIt(t *testing.T) {
+	k := newKernel()
+	d := New(k, 1)
+	k.packet(0, nil) // passed up, both; seq 1 is still on its way
+	k.packet(1, nil)
+	if _, _, err := d.OnData(PacketID{}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Idle(1, true); err != nil { // stamped 1: stale
+		t.Fatal(err)
+	}
+	if _, _, err := d.Resync(); err != nil || d.Consumed() != 2 {
+		t.Fatalf("Resync: %v, consumed %d; want the kernel's 2", err, d.Consumed())
+	}
+	if err := d.Idle(2, true); err != nil || k.o.ReqStamp != 2 {
+		t.Fatalf("Idle: %v, %+v; want a handback stamped 2", err, k.o)
+	}
+	_, _, err := d.OnData(PacketID{LinkSeq: 1}, time.Time{}) // seq 1 after all
+	if !errors.Is(err, ErrCountedBefore) || !d.Pending() || d.Consumed() != 2 || d.Stats().Late != 1 {
+		t.Fatalf("late packet: %v, pending %v, consumed %d, %+v; want it dropped, the handback pending",
+			err, d.Pending(), d.Consumed(), d.Stats())
+	}
+	if a := k.packet(2, func() {}); a != deliver {
+		t.Errorf("kernel %v, want the handback accepted and seq 2 delivered", a)
+	}
+}
+
 // With nothing lost, Resync leaves a live request alone, and does nothing
 // without one.
 func TestResyncLeavesALiveRequest(t *testing.T) {
@@ -256,7 +298,7 @@ func TestStrayWhileKernelOwns(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.packet(0, func() {}) // accepted: the kernel owns
-	_, _, err := d.OnData()
+	_, _, err := d.OnData(PacketID{}, time.Time{})
 	if !errors.Is(err, ErrKernelOwns) {
 		t.Fatalf("OnData while the kernel owns: %v, want ErrKernelOwns", err)
 	}
@@ -272,7 +314,7 @@ func TestReadErrorKeepsPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.readErr = errors.New("map gone")
-	if _, _, err := d.OnData(); err == nil || !d.Pending() {
+	if _, _, err := d.OnData(PacketID{}, time.Time{}); err == nil || !d.Pending() {
 		t.Errorf("read error: %v, pending %v", err, d.Pending())
 	}
 	if err := New(k, 2).Idle(0, true); err == nil {
@@ -344,7 +386,7 @@ func concurrentRun(t *testing.T, seed uint64) {
 			t.Error(err)
 		}
 		for s := range sock {
-			reset, next, err := d.OnData()
+			reset, next, err := d.OnData(PacketID{}, time.Time{})
 			if err != nil {
 				t.Errorf("OnData: %v", err)
 				continue

@@ -31,11 +31,12 @@ type SessionPath interface {
 	Program(TxState)
 
 	// OnData is told of every DATA packet of the session the daemon receives, before
-	// anything else is done with it. restart: the kernel owned the ordering and handed
+	// anything else is done with it: its link, its link sequence number and the time of
+	// its arrival. restart: the kernel owned the ordering and handed
 	// it over at next; the resequencer (empty then) must continue from there. drop: the
 	// kernel owns the ordering and did not pass this packet up (it came another way):
 	// delivering it could deliver it twice.
-	OnData() (restart bool, next uint32, drop bool)
+	OnData(link uint8, linkSeq uint32, now time.Time) (restart bool, next uint32, drop bool)
 	// Idle is told the resequencer's state after each change: when it is empty, the
 	// ordering can go back to the kernel, which then continues at next.
 	Idle(next uint32, empty bool)

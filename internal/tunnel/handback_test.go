@@ -30,7 +30,7 @@ func TestPendingHandbackKeepsTheResequencerWhereItWas(t *testing.T) {
 	}
 	sp.handover, sp.handoverAt = true, 1002
 	s.rxMu.Lock()
-	restart, next, _ := s.fp.OnData()
+	restart, next, _ := s.fp.OnData(0, 0, time.Now())
 	s.afterHandover(restart, next)
 	s.rxMu.Unlock()
 	if got := s.reseq.Next(); got != 1004 {

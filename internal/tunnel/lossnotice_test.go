@@ -503,7 +503,7 @@ func (f *fakeSessionPath) TakeLinkSeq(uint8) uint32 { f.linkNext++; return f.lin
 func (f *fakeSessionPath) PeekSeq() uint32          { return f.next }
 func (f *fakeSessionPath) PeekLinkSeq(uint8) uint32 { return f.linkNext }
 func (f *fakeSessionPath) Program(st TxState)       { f.programmed = &st }
-func (f *fakeSessionPath) OnData() (bool, uint32, bool) {
+func (f *fakeSessionPath) OnData(uint8, uint32, time.Time) (bool, uint32, bool) {
 	restart := f.handover
 	f.pending, f.handover = false, false
 	return restart, f.handoverAt, false

@@ -672,7 +672,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 		// Before anything can reject it: the kernel counted it when it passed it up, and
 		// takes the ordering back only when the daemon has seen all it passed up.
 		s.rxMu.Lock()
-		restart, next, drop := s.fp.OnData()
+		restart, next, drop := s.fp.OnData(h.LinkID, h.LinkSeq, now)
 		s.afterHandover(restart, next)
 		s.rxInFlight++
 		s.lastFastData = now

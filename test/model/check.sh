@@ -61,6 +61,10 @@ runs=(
 	"terminates-n4|proof|-DN=4|-DNP|-l"
 	"order-steered-n4|proof|-DN=4 -DCHECK_OUT_ORDER -DRPS -DAGG0_RPS|-DSAFETY|"
 	"fix-resync-n4|proof|-DN=4 -DSOCKDROP -DFIX_RESYNC|-DSAFETY|"
+	"fix-tally-n4|proof|-DN=4 -DSOCKDROP -DFIX_RESYNC -DFIX_TALLY|-DSAFETY|"
+	# ---- the recoveries' timing assumptions broken: a loss, never a duplicate ----
+	"tally-early-n3|proof|-DN=3 -DSOCKDROP -DFIX_RESYNC -DFIX_TALLY -DTALLY_EARLY -DSTRICT=0|-DSAFETY|"
+	"resync-early-n3|proof|-DN=3 -DSOCKDROP -DFIX_RESYNC -DRESYNC_EARLY -DSTRICT=0|-DSAFETY|"
 	"hardening-clear-stale-n4|proof|-DN=4 -DCLEAR_STALE|-DSAFETY|"
 	# ---- agg0 delivery order without single-queue steering: must break ----
 	"order-2cpu|refute|-DN=4 -DCHECK_OUT_ORDER|-DBFS||s>last_out"
@@ -69,8 +73,10 @@ runs=(
 	# ---- deliberate breakages: each must be caught ----
 	"broken-count-after-unlock|refute|-DN=4 -DCOUNT_AFTER_UNLOCK -DSTRICT=0|-DBFS||ndecided[i]==1"
 	"broken-repost|refute|-DN=4 -DREPOST -DSTRICT=0|-DBFS||ndecided[s]==0"
-	"broken-overcount|refute|-DN=4 -DOVERCOUNT -DSTRICT=0|-DBFS||nlost[d_next]==ncopy[d_next]"
+	"broken-overcount|refute|-DN=4 -DOVERCOUNT -DSTRICT=0|-DBFS||ndecided[i]==1"
 	"broken-sockdrop|refute|-DN=4 -DSOCKDROP|-DBFS||ord.req_stamp==divert"
+	"broken-tally-early-died-by-epoch|refute|-DN=3 -DSOCKDROP -DFIX_RESYNC -DFIX_TALLY -DTALLY_EARLY -DDIED_BY_EPOCH -DSTRICT=0|-DBFS||stray_dropped[d_next]"
+	"broken-resync-early-died-by-epoch|refute|-DN=3 -DSOCKDROP -DFIX_RESYNC -DRESYNC_EARLY -DDIED_BY_EPOCH -DSTRICT=0|-DBFS||stray_dropped[d_next]"
 	# ---- witnesses: the interesting situations are reachable ----
 	"reach-stale-request|refute|-DN=4 -DWITNESS=1|-DBFS||1!=1"
 	"reach-handback-accepted|refute|-DN=4 -DWITNESS=2|-DBFS||2!=2"
@@ -78,11 +84,14 @@ runs=(
 	"reach-epoch-moved|refute|-DN=4 -DWITNESS=4|-DBFS||4!=4"
 	"reach-request-died|refute|-DN=4 -DWITNESS=5|-DBFS||5!=5"
 	"reach-timer-skip|refute|-DN=4 -DWITNESS=6|-DBFS||6!=6"
+	"reach-tally|refute|-DN=4 -DSOCKDROP -DFIX_RESYNC -DFIX_TALLY -DWITNESS=7|-DBFS||7!=7"
 )
 if [ "${DEEP:-0}" = 1 ]; then
 	runs+=(
 		"deep-core-n5-all|proof|-DN=5|-DSAFETY -DCOLLAPSE|"
 		"deep-order-steered-n5|proof|-DN=5 -DCHECK_OUT_ORDER -DRPS -DAGG0_RPS|-DSAFETY -DCOLLAPSE|"
+		"deep-tally-early-n4|proof|-DN=4 -DSOCKDROP -DFIX_RESYNC -DFIX_TALLY -DTALLY_EARLY -DSTRICT=0|-DSAFETY -DCOLLAPSE|"
+		"deep-resync-early-n4|proof|-DN=4 -DSOCKDROP -DFIX_RESYNC -DRESYNC_EARLY -DSTRICT=0|-DSAFETY -DCOLLAPSE|"
 	)
 fi
 

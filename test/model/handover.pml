@@ -58,6 +58,24 @@
  *  FIX_RESYNC               (with SOCKDROP) the proposed recovery: an idle
  *                           daemon adopts rx_divert's count once nothing
  *                           counted can still be on its way
+ *  FIX_TALLY                (with SOCKDROP) the recovery while traffic
+ *                           flows (internal/handover/tally.go): a passed-up
+ *                           packet carries the count before it (the kernel
+ *                           notes it in rx_order; here it travels with the
+ *                           packet); when it reaches the daemon, and nothing
+ *                           counted before it is still on its way, the
+ *                           daemon may raise its count by what is missing
+ *  TALLY_EARLY              (with FIX_TALLY) the tally's window assumption
+ *                           broken: it may count a packet still on its way
+ *                           as lost; with STRICT=0 that packet may then
+ *                           reach the daemon as a stray, or while its
+ *                           handback is not yet judged, and it drops it
+ *                           (the end-state check allows exactly that loss)
+ *  RESYNC_EARLY             (with FIX_RESYNC) the same for the quiet period:
+ *                           the resync may come while a packet is on its way
+ *  DIED_BY_EPOCH            the daemon's old reading of a pending handback:
+ *                           epoch unchanged and owner daemon = died, without
+ *                           asking the count whether the request was judged
  *  CLEAR_STALE              hardening: BPF clears a request that does not
  *                           match (a request is judged by one packet only)
  *  OVERCOUNT                the daemon counts one DATA packet BPF never
@@ -70,7 +88,8 @@
  *                           the model reaches it: 1 stale request judged,
  *                           2 handback accepted, 3 handover, 4 daemon sees
  *                           the epoch moved, 5 daemon sees its request died,
- *                           6 hold timer skips a lost packet
+ *                           6 hold timer skips a lost packet, 7 the
+ *                           tally corrects the daemon's count
  */
 
 #ifndef N
@@ -131,7 +150,7 @@ byte divert;             /* struct aggd_fp_rx_divert .count: BPF only */
 
 chan link0 = [QCAP] of { byte };   /* uplink 0, FIFO */
 chan link1 = [QCAP] of { byte };   /* uplink 1, FIFO */
-chan sock  = [QCAP] of { byte };   /* the daemon's UDP socket */
+chan sock  = [QCAP] of { byte, byte };   /* the daemon's UDP socket: seq, and the divert count before it (FIX_TALLY; else 0) */
 chan bl0   = [QCAP] of { byte };   /* agg0 backlog of the CPU running Rx 0 */
 chan bl1   = [QCAP] of { byte };   /* agg0 backlog of the CPU running Rx 1 */
 chan bld   = [QCAP] of { byte };   /* agg0 backlog of the daemon's CPU */
@@ -144,6 +163,7 @@ byte d_nheld;
 byte d_consumed;         /* DATA packets received (handover.Daemon.consumed) */
 bit  d_posted;           /* handback posted, outcome unknown (.posted) */
 byte d_epoch;            /* epoch read when it posted (.epoch) */
+byte d_stamp;            /* the pending handback's stamp (.postedAt) */
 
 /* ---- ghost state: what really happened -------------------------------- */
 
@@ -160,6 +180,13 @@ bit sockdrop_used;
 #endif
 #ifdef FIX_RESYNC
 byte pending_up;         /* counted in rx_divert, not yet consumed or dropped */
+#endif
+#ifdef FIX_TALLY
+bit counted_pending[2*N+1]; /* by divert count: counted, not yet consumed or dropped */
+#endif
+#if defined(TALLY_EARLY) || defined(RESYNC_EARLY)
+#define EARLY
+bit stray_dropped[N];    /* a copy reached the daemon as a stray and was dropped */
 #endif
 #ifdef OVERCOUNT
 bit overcount_used;
@@ -236,6 +263,12 @@ inline judge(s) {
 	     printf("EV cpu%d: seq %d: hand over at next=%d, epoch=%d, pass up\n", cpu, s, ord.next, ord.epoch);
 	     WIT(3)                                  /* a handover */
 	fi;
+#ifdef FIX_TALLY
+	if
+	:: act == A_UP -> tg = divert; counted_pending[divert] = 1
+	:: else -> skip
+	fi;
+#endif
 #ifndef COUNT_AFTER_UNLOCK
 	if
 	:: act == A_UP -> divert++
@@ -256,7 +289,7 @@ inline judge(s) {
  * packets this CPU processes (with RPS: both). Locals are reset when a
  * packet is done, so finished packets leave no trace in the state. */
 proctype Rx(byte cpu; chan la; chan lb; chan backlog) {
-	byte s, act;
+	byte s, act, tg;
 	xr la;
 #ifdef RPS
 	xr lb;
@@ -284,7 +317,7 @@ end:
 #ifdef COUNT_AFTER_UNLOCK
 	        divert++;                                 /* BROKEN: outside the lock */
 #endif
-	        d_step { sock ! s; s = 0; act = 0 }       /* TC_ACT_OK: up to the daemon's socket */
+	        d_step { sock ! s, tg; s = 0; act = 0; tg = 0 } /* TC_ACT_OK: up to the daemon's socket */
 	   :: else -> skip                                /* A_DROP: TC_ACT_SHOT */
 	   fi
 	od
@@ -354,12 +387,17 @@ inline clear_r(r) {
  * handback request. */
 inline post(r) {
 	ord.owner = r.owner; ord.next = r.next; ord.epoch = r.epoch;
-	ord.req_valid = 1; ord.req_stamp = d_consumed; ord.req_next = d_next
+	ord.req_valid = 1; ord.req_stamp = d_consumed; ord.req_next = d_next;
+	d_stamp = d_consumed
 }
 
 proctype Daemon() {
-	byte s, w_from, w_to;
+	byte s, tg, cnt, w_from, w_to;
 	bit stray;
+#ifdef FIX_TALLY
+	byte i, missing;
+	bit early;
+#endif
 	RxOrder r;
 	xr sock;
 #if defined(AGG0) && !defined(DAEMON_SYNC) && !defined(AGG0_RPS)
@@ -370,7 +408,29 @@ end:
 	/* A DATA packet from the socket (session.go receive -> OnData, then
 	 * the resequencer). Counted as consumed on receipt. */
 	:: d_step {
-	     sock ? s -> d_consumed++; inflight[s]--;
+	     sock ? s, tg ->
+#ifdef FIX_TALLY
+	     /* The tally's sample: the kernel counted tg packets before this
+	      * one, the daemon has consumed d_consumed. Abstract window: the
+	      * sample may count only once nothing counted before this packet
+	      * is still on its way (a packet on its way arrives within the
+	      * window; one lost never does). */
+	     counted_pending[tg] = 0;
+	     early = 0; i = 0;
+	     do
+	     :: i < tg -> early = early | counted_pending[i]; i++
+	     :: else -> break
+	     od;
+#ifdef TALLY_EARLY
+	     early = 0;
+#endif
+	     if
+	     :: !early && tg > d_consumed -> missing = tg - d_consumed
+	     :: else -> missing = 0
+	     fi;
+	     i = 0; early = 0;
+#endif
+	     d_consumed++; inflight[s]--; tg = 0;
 #ifdef FIX_RESYNC
 	     pending_up--;
 #endif
@@ -380,10 +440,30 @@ end:
 	     :: else
 	     fi
 	   };
+#ifdef FIX_TALLY
+	   /* The window may close now or after later samples (then this one
+	    * is forgotten, and a later one shows the same loss). */
+	   if
+	   :: missing > 0 ->
+	        d_step {
+	          printf("EV daemon: tally: %d counted packets missing, consumed %d -> %d\n",
+	                 missing, d_consumed, d_consumed + missing);
+	          d_consumed = d_consumed + missing; missing = 0;
+	          WIT(7)
+	        }
+	   :: missing > 0 -> missing = 0
+	   :: else -> skip
+	   fi;
+#endif
 	   if
 	   :: d_posted ->
-	      /* A handback is pending: one BPF_F_LOCK lookup tells its fate
-	       * (handover.OnData), then the packet goes into the resequencer. */
+	      /* A handback is pending: handover.OnData looks up rx_divert's
+	       * count, then (a separate BPF_F_LOCK lookup) the ordering state,
+	       * which tell the request's fate; then the packet goes into the
+	       * resequencer. */
+#ifndef DIED_BY_EPOCH
+	      d_step { cnt = divert };
+#endif
 	      d_step {
 	        read_order(r);
 	        if
@@ -395,6 +475,23 @@ end:
 	             d_next = r.next; d_epoch = r.epoch;
 	             printf("EV daemon: epoch moved to %d: restart at %d\n", r.epoch, r.next);
 	             WIT(4)
+#ifndef DIED_BY_EPOCH
+	        :: r.owner == OWNER_DAEMON && cnt == d_stamp ->
+	             /* Nothing counted since the post (up to the count's
+	              * lookup), nothing accepted (up to the state's): no packet
+	              * has judged the request, and this one was counted before
+	              * it was posted. The daemon's count already holds it (a
+	              * tally or a resync took it for lost): dropped without
+	              * being counted again (handover.ErrCountedBefore), the
+	              * request stays pending. Impossible unless the window or
+	              * quiet-period assumption failed. */
+	             printf("EV daemon: seq %d came before its handback was judged: dropped\n", s);
+	             assert(!STRICT);
+	             d_consumed--; stray = 1;
+#ifdef EARLY
+	             stray_dropped[s] = 1
+#endif
+#endif
 	        :: r.owner == OWNER_DAEMON ->
 	             /* the request died; the daemon still owns */
 	             printf("EV daemon: epoch unchanged (%d): request died\n", r.epoch);
@@ -407,14 +504,18 @@ end:
 	              * keep the request pending. */
 	             printf("EV daemon: seq %d is a stray (BPF owns, epoch %d)\n", s, r.epoch);
 	             assert(!STRICT);
-	             d_consumed--; stray = 1
+	             d_consumed--; stray = 1;
+#ifdef EARLY
+	             stray_dropped[s] = 1
+#endif
 	        fi;
 	        if
 	        :: stray -> stray = 0; clear_r(r); s = 0
 	        :: else ->
 	             d_posted = 0; clear_r(r);
 	             reseq(s); s = 0
-	        fi
+	        fi;
+	        cnt = 0
 	      }
 	   :: else -> skip
 	   fi;
@@ -428,7 +529,11 @@ end:
 	:: d_step {
 	     d_nheld > 0 && inflight[d_next] == 0 ->
 	     printf("EV daemon: hold timer skips seq %d\n", d_next);
+#ifdef EARLY
+	     assert(nlost[d_next] == ncopy[d_next] || stray_dropped[d_next]);
+#else
 	     assert(nlost[d_next] == ncopy[d_next]);
+#endif
 	     WIT(6);
 	     d_next++; w_from = d_next; release_run()
 	   };
@@ -437,8 +542,19 @@ end:
 	/* Empty, and a packet consumed since the last post (handover Idle):
 	 * post a handback. Read, then write back what was read with the
 	 * request fields set: two separate BPF_F_LOCK accesses, BPF may run
-	 * in between. */
-	:: d_step { d_nheld == 0 && !d_posted -> read_order(r) };
+	 * in between. Before them Idle looks up rx_divert's count: a stamp
+	 * above it could match later, when the daemon has given the request
+	 * up, so a count of its own above the kernel's (a tally or resync that
+	 * took a packet for lost which came after all) comes down to it. */
+	:: d_step { d_nheld == 0 && !d_posted ->
+	     if
+	     :: d_consumed > divert ->
+	          printf("EV daemon: consumed %d above the count %d: down to it\n", d_consumed, divert);
+	          d_consumed = divert
+	     :: else -> skip
+	     fi
+	   };
+	   d_step { read_order(r) };
 	   d_step {
 	     assert(r.owner == OWNER_DAEMON);      /* Idle's "changed by someone else" */
 	     post(r);
@@ -454,7 +570,11 @@ end:
 #ifdef SOCKDROP
 	/* The socket's receive buffer overflows: a counted packet vanishes on
 	 * the host (recorded as lost, so the timer may skip it). */
-	:: d_step { !sockdrop_used && nempty(sock) -> sock ? s; sockdrop_used = 1; inflight[s]--; nlost[s]++;
+	:: d_step { !sockdrop_used && nempty(sock) -> sock ? s, tg; sockdrop_used = 1; inflight[s]--; nlost[s]++;
+#ifdef FIX_TALLY
+	               counted_pending[tg] = 0;
+#endif
+	               tg = 0;
 #ifdef FIX_RESYNC
 	               pending_up--;
 #endif
@@ -468,7 +588,11 @@ end:
 	 * the pending request, as on a packet) and rx_divert, adopt the count
 	 * as consumed, and let Idle post again. */
 	:: d_step {
+#ifdef RESYNC_EARLY
+	     d_nheld == 0 && d_posted && d_consumed != divert ->
+#else
 	     d_nheld == 0 && d_posted && pending_up == 0 && d_consumed != divert ->
+#endif
 	     read_order(r);
 	     if
 	     :: r.epoch != d_epoch -> assert(r.owner == OWNER_DAEMON); d_next = r.next; d_epoch = r.epoch
@@ -513,8 +637,13 @@ proctype Check() {
 	  do
 	  :: i < N ->
 	       /* no loss: delivered exactly once, unless every copy was lost */
+#ifdef EARLY
+	       assert(ndecided[i] == 1 ||
+	              (ndecided[i] == 0 && (nlost[i] == ncopy[i] || stray_dropped[i])));
+#else
 	       assert(ndecided[i] == 1 ||
 	              (ndecided[i] == 0 && nlost[i] == ncopy[i]));
+#endif
 #ifdef AGG0
 	       assert(nout[i] == ndecided[i]);
 #endif
