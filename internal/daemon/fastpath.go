@@ -37,6 +37,7 @@ type fastPath struct {
 
 	rxMu     sync.Mutex
 	rxAttach map[string]bpf.TCAttachment // the receive program's, by interface name
+	rxIndex  map[string]int              // and the index each of those interfaces had then
 
 	mu      sync.Mutex
 	slots   [maxFastSessions]bool
@@ -72,7 +73,7 @@ func startFastPath(log *slog.Logger, port uint16, tunName string, mtu int, sh *s
 	}
 	rxIfaces := sh.interfaces()
 	f := &fastPath{log: log, nexthop: newNexthopCache(), open: make(map[uint32]bool), shield: sh.prog,
-		pins: keep.dir, rxAttach: make(map[string]bpf.TCAttachment)}
+		pins: keep.dir, rxAttach: make(map[string]bpf.TCAttachment), rxIndex: make(map[string]int)}
 	f.mtu.Store(int32(mtu))
 	ok := false
 	defer func() {
@@ -134,7 +135,7 @@ func (f *fastPath) close() {
 		f.attach = append(f.attach, a)
 	}
 	rps := f.rps
-	f.rxAttach, f.rps = nil, nil // closed: interfaceCreated attaches nothing more
+	f.rxAttach, f.rxIndex, f.rps = nil, nil, nil // closed: interfaceCreated attaches nothing more
 	f.rxMu.Unlock()
 	for _, a := range f.attach {
 		if err := a.Close(); err != nil {
@@ -179,7 +180,7 @@ func (f *fastPath) attachReceive(name string) error {
 	if err != nil {
 		return fmt.Errorf("%s ingress: %w", name, err)
 	}
-	f.rxAttach[name] = a
+	f.rxAttach[name], f.rxIndex[name] = a, ifc.Index
 	f.log.Info("fast path: receive program attached", "interface", name, "index", ifc.Index, "mode", mode)
 	return nil
 }
@@ -204,6 +205,7 @@ func (f *fastPath) detachReceive(name string) {
 	if a, ok := f.rxAttach[name]; ok {
 		_ = a.Close()
 		delete(f.rxAttach, name)
+		delete(f.rxIndex, name)
 	}
 	prefix := filepath.Join("/sys/class/net", name) + "/"
 	for k := range f.rps {
@@ -458,6 +460,21 @@ func (s *fpSession) Idle(next uint32, empty bool) {
 }
 
 func (s *fpSession) HandbackPending() bool { return s.ho.Pending() }
+
+func (s *fpSession) ReceivesOn(ifindex int) bool { return s.f.receivesOn(ifindex) }
+
+// receivesOn reports whether the receive program is attached to the interface with
+// index ifindex.
+func (f *fastPath) receivesOn(ifindex int) bool {
+	f.rxMu.Lock()
+	defer f.rxMu.Unlock()
+	for _, i := range f.rxIndex {
+		if i == ifindex {
+			return true
+		}
+	}
+	return false
+}
 
 func (s *fpSession) Resync() (restart bool, next uint32) {
 	was := s.seen.Resyncs

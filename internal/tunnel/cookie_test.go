@@ -185,8 +185,8 @@ func TestCPEDropsCookieRepliesNotForItsInit(t *testing.T) {
 		return pkt
 	}
 	badTag, unknown := drops(node.m, wire.ReasonBadTag), drops(node.m, wire.ReasonUnknownSession)
-	node.c.onDatagram(reply(auth.MacKey(cpe.key.Public()), node.c.localIndex), b.listen, 0) // not the headend's tag
-	node.c.onDatagram(reply(auth.MacKey(b.key.Public()), node.c.localIndex), b.listen, 0)   // no handshake in progress
+	node.c.onDatagram(reply(auth.MacKey(cpe.key.Public()), node.c.localIndex), b.listen, arrival{}) // not the headend's tag
+	node.c.onDatagram(reply(auth.MacKey(b.key.Public()), node.c.localIndex), b.listen, arrival{})   // no handshake in progress
 	if got := drops(node.m, wire.ReasonBadTag) - badTag; got != 1 {
 		t.Errorf("a cookie reply with another key's tag: %v bad_tag drops, want 1", got)
 	}

@@ -353,7 +353,7 @@ func (c *CPE) uplinkIndex(id uint8) int {
 	return -1
 }
 
-func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort, rxStamp int64) {
+func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort, arr arrival) {
 	h, err := parseDatagram(pkt)
 	if err != nil {
 		c.drop(wire.ReasonOf(err))
@@ -385,7 +385,7 @@ func (c *CPE) onDatagram(pkt []byte, from netip.AddrPort, rxStamp int64) {
 		c.drop(wire.ReasonUnknownSession)
 		return
 	}
-	if reason, ok := s.receive(&h, pkt, netip.AddrPort{}, time.Now(), rxStamp); !ok {
+	if reason, ok := s.receive(&h, pkt, netip.AddrPort{}, time.Now(), arr); !ok {
 		c.drop(reason)
 		return
 	}

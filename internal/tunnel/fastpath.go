@@ -45,6 +45,10 @@ type SessionPath interface {
 	// delivering the very numbers a probe's watermark or a loss notice would make the
 	// resequencer resolve. Called under the session's receive lock, like OnData.
 	HandbackPending() bool
+	// ReceivesOn reports whether the kernel's receive program is attached to the
+	// interface with index ifindex: only what arrives there is delivered or counted
+	// by the kernel (kernel.go).
+	ReceivesOn(ifindex int) bool
 	// Resync is called while the resequencer is empty and no DATA packet of the session
 	// has reached the daemon for fastResyncQuiet: a packet the kernel passed up but the
 	// host lost (socket buffer full) would otherwise keep the ordering in userspace for

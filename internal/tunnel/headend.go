@@ -155,7 +155,7 @@ func (h *Headend) readSocket(ctx context.Context) {
 	readLoop(ctx, h.conn, h.log, h.m.SocketDrops.WithLabelValues("listen"), h.onDatagram)
 }
 
-func (h *Headend) onDatagram(pkt []byte, from netip.AddrPort, rxStamp int64) {
+func (h *Headend) onDatagram(pkt []byte, from netip.AddrPort, arr arrival) {
 	hdr, err := parseDatagram(pkt)
 	if err != nil {
 		h.drop(wire.ReasonOf(err))
@@ -172,7 +172,7 @@ func (h *Headend) onDatagram(pkt []byte, from netip.AddrPort, rxStamp int64) {
 		h.drop(wire.ReasonUnknownSession)
 		return
 	}
-	if reason, ok := s.receive(&hdr, pkt, from, time.Now(), rxStamp); !ok {
+	if reason, ok := s.receive(&hdr, pkt, from, time.Now(), arr); !ok {
 		h.drop(reason)
 	}
 }

@@ -2,7 +2,9 @@ package tunnel
 
 import (
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 )
 
 // Which sessions the kernel fast path may carry.
@@ -16,6 +18,15 @@ import (
 // learns them from the CPE's LINK_PARAMS and their first packets) stays in userspace
 // both ways: the daemon does not offer the kernel the ordering (which it starts
 // without), and the transmit side is not programmed, or is switched off if it was.
+
+// The receive program sees only what arrives on the interfaces it is attached to. A
+// link whose packets arrive elsewhere (a headend whose bpf.interfaces, or whose default
+// routes when that is unset, leave out the interface a CPE's line comes in on) brings
+// DATA packets the kernel neither delivers nor counts: were the kernel to own the
+// ordering, they would reach the daemon as strays and be dropped, and the kernel would
+// wait for their numbers in vain. So while a link's packets arrive where the program is
+// not, the daemon keeps the receive ordering (it offers the kernel none) and says why;
+// the transmit side is not concerned.
 
 // barLinksUnknown is why the kernel waits at a session's start.
 const barLinksUnknown = "the peer's links are not known yet"
@@ -34,6 +45,7 @@ func (s *Session) setLinkIDs(ids []uint8) {
 // checkKernel recomputes whether the kernel may carry the session, after its link set
 // or a link's peer address changed, and logs a change of verdict.
 func (s *Session) checkKernel() {
+	s.checkReceive()
 	bar := s.kernelBarReason()
 	old := s.kernelBar.Swap(&bar)
 	if s.fp == nil || (old != nil && *old == bar) {
@@ -73,4 +85,51 @@ func (s *Session) kernelBarred() string {
 }
 
 // kernelMayCarry reports whether the kernel may own the session's receive ordering.
-func (s *Session) kernelMayCarry() bool { return s.kernelBarred() == "" }
+func (s *Session) kernelMayCarry() bool {
+	if s.kernelBarred() != "" {
+		return false
+	}
+	b := s.receiveBar.Load()
+	return b == nil || *b == ""
+}
+
+// noteArrival records the interface a packet of link l arrived on (0: the kernel did
+// not say), and looks again at the receive side if it changed.
+func (s *Session) noteArrival(l *link, ifindex int) {
+	if s.fp == nil || ifindex == 0 || l.rxIfindex.Swap(int32(ifindex)) == int32(ifindex) {
+		return
+	}
+	s.checkKernel()
+}
+
+// checkReceive recomputes whether the kernel may own the receive ordering as far as
+// where the links' packets arrive goes, and logs a change.
+func (s *Session) checkReceive() {
+	if s.fp == nil {
+		return
+	}
+	bar := ""
+	for _, l := range s.allLinks() {
+		if i := int(l.rxIfindex.Load()); i != 0 && !s.fp.ReceivesOn(i) {
+			bar = fmt.Sprintf("link %s's packets arrive on %s, where the receive program is not attached "+
+				"(list that interface in bpf.interfaces)", l.spec.Name, interfaceName(i))
+			break
+		}
+	}
+	old := s.receiveBar.Swap(&bar)
+	switch {
+	case old != nil && *old == bar:
+	case bar != "":
+		s.log.Warn("fast path: the daemon keeps this session's receive ordering", "why", bar)
+	case old != nil:
+		s.log.Info("fast path: the kernel may receive for this session again")
+	}
+}
+
+// interfaceName names interface index i for a log line.
+func interfaceName(i int) string {
+	if ifc, err := net.InterfaceByIndex(i); err == nil {
+		return ifc.Name
+	}
+	return "interface " + strconv.Itoa(i)
+}

@@ -53,3 +53,41 @@ func TestKernelCarriesOnlyKnownSessions(t *testing.T) {
 	s.follow(l5, netip.MustParseAddrPort("[2001:db8::5]:4242"))
 	check("a link moved to IPv6", true, "")
 }
+
+// A link whose packets arrive on an interface without the kernel's receive program (a
+// headend whose bpf.interfaces leave out the one a CPE's line comes in on): the daemon
+// keeps the receive ordering, whose packets the kernel would neither deliver nor count,
+// while the transmit side stays in the kernel; it offers the ordering again once the
+// link's packets arrive where the program is.
+func TestReceiveOrderingStaysWhereTheKernelCannotSee(t *testing.T) {
+	s, l3, sp := fastSessionWithLink()
+	s.installKeys(&keyGen{id: 1, created: time.Now()}, true)
+	s.follow(l3, netip.MustParseAddrPort("192.0.2.3:4242"))
+	params := wire.LinkParamsBody{Counter: 1, Links: []wire.LinkParam{{LinkID: 3}}}
+	s.handleControl(l3, &wire.Header{}, wire.Message{Body: params}, time.Now(), 0)
+	sp.noReceive = 7
+
+	for _, step := range []struct {
+		name    string
+		ifindex int
+		offered bool
+	}{
+		{"nothing arrived yet", 0, true},
+		{"arrived where the program is", 2, true},
+		{"arrived on interface 7, without the program", 7, false},
+		{"the kernel did not say where", 0, false}, // as before
+		{"back where the program is", 2, true},
+	} {
+		s.noteArrival(l3, step.ifindex)
+		s.rxMu.Lock()
+		s.armHoldTimer(clock.Nanos())
+		s.rxMu.Unlock()
+		s.refreshSchedule()
+		if sp.offered != step.offered {
+			t.Errorf("%s: offered the kernel the ordering = %v, want %v", step.name, sp.offered, step.offered)
+		}
+		if sp.programmed == nil || sp.programmed.Userspace != "" {
+			t.Errorf("%s: transmit side programmed %+v, want it in the kernel", step.name, sp.programmed)
+		}
+	}
+}

@@ -48,6 +48,9 @@ type link struct {
 	peekLinkSeq func() uint32
 
 	rx rxAccount
+	// rxIfindex is the interface the link's packets last arrived on (0: none yet, or
+	// the kernel did not say): the kernel fast path sees only some (kernel.go).
+	rxIfindex atomic.Int32
 
 	// Health (from probe replies) and estimation (from the peer's FEEDBACK), under mu.
 	mu        sync.Mutex

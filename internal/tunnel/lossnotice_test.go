@@ -97,7 +97,7 @@ func (p *pipePair) pump() {
 		if err != nil {
 			p.t.Fatalf("a session sent a malformed datagram: %v", err)
 		}
-		if reason, ok := q.to.receive(&h, q.pkt, netip.AddrPort{}, p.clk, 0); !ok {
+		if reason, ok := q.to.receive(&h, q.pkt, netip.AddrPort{}, p.clk, arrival{}); !ok {
 			if reason == wire.ReasonReplay {
 				p.replays++
 				continue
@@ -402,7 +402,7 @@ func TestLateTwinsCountOnTheirLink(t *testing.T) {
 	replays := 0
 	for _, q := range append(first, later...) {
 		h, _ := parseDatagram(q.pkt)
-		if reason, ok := q.to.receive(&h, q.pkt, netip.AddrPort{}, p.clk, 0); !ok {
+		if reason, ok := q.to.receive(&h, q.pkt, netip.AddrPort{}, p.clk, arrival{}); !ok {
 			if reason != wire.ReasonReplay {
 				t.Fatalf("%s datagram rejected: %v", h.Type, reason)
 			}
@@ -481,6 +481,8 @@ type fakeSessionPath struct {
 	// programmed: the last Program call's state.
 	offered    bool
 	programmed *TxState
+	// noReceive: the interface index the kernel's receive program is not on (0: none).
+	noReceive int
 	// sentSince: what the kernel sent on each link since the last TxDelta.
 	sentSince map[uint8]TxDelta
 }
@@ -508,10 +510,11 @@ func (f *fakeSessionPath) OnData(uint8, uint32, time.Time) (bool, uint32, bool) 
 	f.pending, f.handover = false, false
 	return restart, f.handoverAt, false
 }
-func (f *fakeSessionPath) HandbackPending() bool      { return f.pending }
-func (f *fakeSessionPath) Idle(_ uint32, empty bool)  { f.offered = empty }
-func (f *fakeSessionPath) Resync() (bool, uint32)     { return false, 0 }
-func (f *fakeSessionPath) RxDelta() map[uint8]RxDelta { return nil }
+func (f *fakeSessionPath) HandbackPending() bool       { return f.pending }
+func (f *fakeSessionPath) ReceivesOn(ifindex int) bool { return ifindex != f.noReceive }
+func (f *fakeSessionPath) Idle(_ uint32, empty bool)   { f.offered = empty }
+func (f *fakeSessionPath) Resync() (bool, uint32)      { return false, 0 }
+func (f *fakeSessionPath) RxDelta() map[uint8]RxDelta  { return nil }
 func (f *fakeSessionPath) TxDelta() map[uint8]TxDelta {
 	d := f.sentSince
 	f.sentSince = nil

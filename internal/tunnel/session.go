@@ -179,6 +179,9 @@ type Session struct {
 	// why the kernel fast path may not carry the session ("" when it may: kernel.go).
 	linkIDs   atomic.Pointer[[]uint8]
 	kernelBar atomic.Pointer[string]
+	// receiveBar says why the kernel may not own the session's receive ordering
+	// although it may carry it ("" when it may: kernel.go).
+	receiveBar atomic.Pointer[string]
 	// linkNames: what the peer calls its links (linknames.go).
 	linkNames peerLinkNames
 
@@ -664,9 +667,9 @@ func (s *Session) sendProbe(l *link, padding int) {
 }
 
 // receive handles one datagram that parsed and matched this session. via is the link
-// the session's peer sent it on; from its source address; rxStamp the kernel's receive
-// timestamp (readLoop).
-func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now time.Time, rxStamp int64) (reason wire.Reason, ok bool) {
+// the session's peer sent it on; from its source address; arr what the kernel said of
+// its arrival (readLoop).
+func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now time.Time, arr arrival) (reason wire.Reason, ok bool) {
 	counted := false // counted by the handover, not yet in the resequencer (rxInFlight)
 	if h.Type == wire.TypeData && s.fp != nil {
 		// Before anything can reject it: the kernel counted it when it passed it up, and
@@ -711,6 +714,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 			return wire.ReasonUnknownSession, false
 		}
 	}
+	s.noteArrival(l, arr.ifindex)
 	if h.Type == wire.TypeData {
 		if !k.acceptData(h.Seq) {
 			// Mostly the later of a suspect link's packet and its copy. It did cross
@@ -728,7 +732,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 		if !k.acceptControl(msg.Counter()) {
 			return wire.ReasonReplay, false
 		}
-		defer s.handleControl(l, h, msg, now, rxStamp)
+		defer s.handleControl(l, h, msg, now, arr.stamp)
 	}
 	if s.keys.confirm(k) {
 		s.schedDue.Store(true) // the kernel must send with the confirmed keys too
@@ -1110,6 +1114,7 @@ func (s *Session) mergeFastRx(links []*link, now time.Time) {
 			l.m.lost.Add(float64(lost))
 		}
 	}
+	s.checkReceive() // the receive program may have come to (or gone from) an interface
 	s.rxMu.Lock()
 	if s.rxInFlight == 0 && s.reseq.Empty() && now.Sub(s.lastFastData) > fastResyncQuiet {
 		restart, next := s.fp.Resync()

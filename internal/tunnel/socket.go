@@ -57,6 +57,14 @@ func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1)
 			// The socket's drop count with each datagram (readLoop counts overflows).
 			_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RXQ_OVFL, 1)
+			// The interface each datagram arrived on (readLoop): the kernel fast path
+			// sees only what arrives where its receive program is (kernel.go).
+			if network != "udp6" {
+				_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_PKTINFO, 1)
+			}
+			if network != "udp4" {
+				_ = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1)
+			}
 			// IPv6 flow label 0, as the kernel fast path sends: by default the kernel
 			// labels a socket's packets with a hash of its own, and routers that
 			// spread IPv6 over equal-cost paths by the label (Linux's default
@@ -79,8 +87,14 @@ func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
 	return pc.(*net.UDPConn), nil
 }
 
+// arrival is what the kernel tells of a datagram's arrival.
+type arrival struct {
+	stamp   int64 // its receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME ns; 0 if none)
+	ifindex int   // the interface it arrived on (IP_PKTINFO, IPV6_PKTINFO; 0 if none)
+}
+
 // readLoop hands every datagram arriving on conn to handle until the socket is closed,
-// with the kernel's receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME ns; 0 if none).
+// with what the kernel tells of its arrival: the receive timestamp and the interface.
 // Probe trains are timed by that stamp (train.go): the daemon's own reading time shows
 // its scheduling, not the link (on a loaded machine a 60 Mbit/s link's train, read in
 // bursts, looked like 300-600 Mbit/s). It stays raw here, on the per-packet path;
@@ -92,9 +106,12 @@ func listenUDP(local netip.AddrPort, device string) (*net.UDPConn, error) {
 // (SO_RXQ_OVFL: once it is not 0, the socket's drop count so far comes with each
 // datagram; one without it says nothing new).
 func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, drops prometheus.Counter,
-	handle func(pkt []byte, from netip.AddrPort, rxStamp int64)) {
+	handle func(pkt []byte, from netip.AddrPort, arr arrival)) {
 	buf := make([]byte, 65536)
-	oob := make([]byte, unix.CmsgSpace(timespecLen)+unix.CmsgSpace(4))
+	// Room for every control message at once (an IPv4 datagram on a dual-stack socket
+	// comes with both kinds of packet info).
+	oob := make([]byte, unix.CmsgSpace(timespecLen)+unix.CmsgSpace(4)+
+		unix.CmsgSpace(unix.SizeofInet4Pktinfo)+unix.CmsgSpace(unix.SizeofInet6Pktinfo))
 	var dropped uint32
 	for {
 		n, oobn, _, from, err := conn.ReadMsgUDPAddrPort(buf, oob)
@@ -106,43 +123,46 @@ func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, drops pr
 			continue
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-		stamp, total := socketControl(oob[:oobn])
+		arr, total := socketControl(oob[:oobn])
 		if total != 0 && total != dropped {
 			drops.Add(float64(total - dropped)) // wraps like the kernel's counter
 			dropped = total
 		}
-		handle(buf[:n], from, stamp)
+		handle(buf[:n], from, arr)
 	}
 }
 
 // timespecLen is the size of SO_TIMESTAMPNS's payload on this architecture.
 const timespecLen = int(unsafe.Sizeof(unix.Timespec{}))
 
-// socketControl reads a datagram's control messages: the SO_TIMESTAMPNS receive stamp
-// (CLOCK_REALTIME ns, 0 without one) and the SO_RXQ_OVFL drop count (0 without one).
-// No allocation: it walks the buffer in place.
-func socketControl(oob []byte) (stamp int64, drops uint32) {
+// socketControl reads a datagram's control messages: the SO_TIMESTAMPNS receive stamp,
+// the interface from IP_PKTINFO or IPV6_PKTINFO, and the SO_RXQ_OVFL drop count (each 0
+// without its message). No allocation: it walks the buffer in place.
+func socketControl(oob []byte) (arr arrival, drops uint32) {
 	for len(oob) >= unix.CmsgLen(0) {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
 		n := int(h.Len)
 		if n < unix.CmsgLen(0) || n > len(oob) {
-			return stamp, drops
+			return arr, drops
 		}
 		data := oob[unix.CmsgLen(0):n]
 		switch {
-		case h.Level != unix.SOL_SOCKET:
-		case h.Type == unix.SO_TIMESTAMPNS && len(data) >= timespecLen:
-			stamp = (*unix.Timespec)(unsafe.Pointer(&data[0])).Nano()
-		case h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
+		case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_TIMESTAMPNS && len(data) >= timespecLen:
+			arr.stamp = (*unix.Timespec)(unsafe.Pointer(&data[0])).Nano()
+		case h.Level == unix.SOL_SOCKET && h.Type == unix.SO_RXQ_OVFL && len(data) >= 4:
 			drops = *(*uint32)(unsafe.Pointer(&data[0]))
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+			arr.ifindex = int((*unix.Inet4Pktinfo)(unsafe.Pointer(&data[0])).Ifindex)
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
+			arr.ifindex = int((*unix.Inet6Pktinfo)(unsafe.Pointer(&data[0])).Ifindex)
 		}
 		next := unix.CmsgSpace(n - unix.CmsgLen(0))
 		if next > len(oob) {
-			return stamp, drops
+			return arr, drops
 		}
 		oob = oob[next:]
 	}
-	return stamp, drops
+	return arr, drops
 }
 
 // rxMonotonic turns a kernel receive stamp into CLOCK_MONOTONIC ns, by how long ago it

@@ -2,7 +2,9 @@ package tunnel
 
 import (
 	"context"
+	"net"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -48,7 +50,7 @@ func TestReadLoopCountsSocketDrops(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		readLoop(ctx, conn, discard, drops, func(pkt []byte, _ netip.AddrPort, stamp int64) { got <- stamp })
+		readLoop(ctx, conn, discard, drops, func(pkt []byte, _ netip.AddrPort, arr arrival) { got <- arr.stamp })
 	}()
 	select { // the one datagram the buffer held
 	case <-got:
@@ -84,37 +86,46 @@ func TestReadLoopCountsSocketDrops(t *testing.T) {
 	}
 }
 
-// socketControl walks every control message: the stamp and the drop count in either
-// order, and it stops at a malformed one.
+// socketControl walks every control message: the stamp, the drop count and the
+// interface in any order, and it stops at a malformed one.
 func TestSocketControl(t *testing.T) {
 	stamp := unix.Timespec{Sec: 3, Nsec: 4}
-	ts := cmsg(unix.SO_TIMESTAMPNS, unsafeBytes(&stamp))
-	ovfl := cmsg(unix.SO_RXQ_OVFL, []byte{7, 0, 0, 0})
+	ts := cmsg(unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, unsafeBytes(&stamp))
+	ovfl := cmsg(unix.SOL_SOCKET, unix.SO_RXQ_OVFL, []byte{7, 0, 0, 0})
+	info4 := unix.Inet4Pktinfo{Ifindex: 5}
+	pkt4 := cmsg(unix.IPPROTO_IP, unix.IP_PKTINFO, unsafe.Slice((*byte)(unsafe.Pointer(&info4)), unix.SizeofInet4Pktinfo))
+	info6 := unix.Inet6Pktinfo{Ifindex: 9}
+	pkt6 := cmsg(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unsafe.Slice((*byte)(unsafe.Pointer(&info6)), unix.SizeofInet6Pktinfo))
+	join := func(parts ...[]byte) []byte { return slices.Concat(parts...) }
 	for _, c := range []struct {
 		name      string
 		oob       []byte
 		wantStamp int64
 		wantDrops uint32
+		wantIf    int
 	}{
-		{"none", nil, 0, 0},
-		{"stamp", ts, 3e9 + 4, 0},
-		{"stamp, drops", append(append([]byte{}, ts...), ovfl...), 3e9 + 4, 7},
-		{"drops, stamp", append(append([]byte{}, ovfl...), ts...), 3e9 + 4, 7},
-		{"truncated", ts[:len(ts)-4], 0, 0},
+		{"none", nil, 0, 0, 0},
+		{"stamp", ts, 3e9 + 4, 0, 0},
+		{"stamp, drops", join(ts, ovfl), 3e9 + 4, 7, 0},
+		{"drops, stamp", join(ovfl, ts), 3e9 + 4, 7, 0},
+		{"stamp, IPv4 packet info, drops", join(ts, pkt4, ovfl), 3e9 + 4, 7, 5},
+		{"IPv6 packet info, stamp", join(pkt6, ts), 3e9 + 4, 0, 9},
+		{"truncated", ts[:len(ts)-4], 0, 0, 0},
 	} {
-		s, d := socketControl(c.oob)
-		if s != c.wantStamp || d != c.wantDrops {
-			t.Errorf("%s: stamp %d drops %d, want %d %d", c.name, s, d, c.wantStamp, c.wantDrops)
+		a, d := socketControl(c.oob)
+		if a.stamp != c.wantStamp || d != c.wantDrops || a.ifindex != c.wantIf {
+			t.Errorf("%s: stamp %d drops %d interface %d, want %d %d %d", c.name, a.stamp, d, a.ifindex,
+				c.wantStamp, c.wantDrops, c.wantIf)
 		}
 	}
 }
 
-// cmsg builds one SOL_SOCKET control message of the given type, padded as the kernel
+// cmsg builds one control message of the given level and type, padded as the kernel
 // pads it.
-func cmsg(typ int32, data []byte) []byte {
+func cmsg(level, typ int32, data []byte) []byte {
 	b := make([]byte, unix.CmsgSpace(len(data)))
 	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
-	h.Level, h.Type = unix.SOL_SOCKET, typ
+	h.Level, h.Type = level, typ
 	h.SetLen(unix.CmsgLen(len(data)))
 	copy(b[unix.CmsgLen(0):], data)
 	return b
@@ -127,7 +138,8 @@ func unsafeBytes(ts *unix.Timespec) []byte {
 // A headend listening on "[::]:port" serves both IP versions on one socket: an IPv4
 // peer is seen with its plain IPv4 address (not IPv4-mapped, which would make it a
 // different peer address than the one its links announce), and a reply to that address
-// reaches it; an IPv6 peer likewise.
+// reaches it; an IPv6 peer likewise. Both come with the interface they arrived on
+// (loopback here): the kernel fast path sees only some interfaces (kernel.go).
 func TestDualStackListen(t *testing.T) {
 	conn, err := listenUDP(netip.MustParseAddrPort("[::]:0"), "")
 	if err != nil {
@@ -135,13 +147,15 @@ func TestDualStackListen(t *testing.T) {
 	}
 	port := localAddrPort(conn).Port()
 	from := make(chan netip.AddrPort, 4)
+	on := make(chan int, 4)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		readLoop(ctx, conn, discard, prometheus.NewCounter(prometheus.CounterOpts{Name: "drops"}),
-			func(pkt []byte, src netip.AddrPort, _ int64) {
+			func(pkt []byte, src netip.AddrPort, arr arrival) {
 				from <- src
+				on <- arr.ifindex
 				_, _ = conn.WriteToUDPAddrPort([]byte("reply"), src)
 			})
 	}()
@@ -161,6 +175,11 @@ func TestDualStackListen(t *testing.T) {
 		case src := <-from:
 			if src.Addr().String() != local {
 				t.Errorf("datagram from %s seen as from %s", local, src.Addr())
+			}
+			if lo, err := net.InterfaceByName("lo"); err != nil {
+				t.Error(err)
+			} else if got := <-on; got != lo.Index {
+				t.Errorf("datagram from %s: arrived on interface %d, want lo's (%d)", local, got, lo.Index)
 			}
 		case <-time.After(5 * time.Second):
 			t.Fatalf("datagram from %s not received", local)
