@@ -5,6 +5,9 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"time"
+
+	"github.com/aggd/aggd/internal/clock"
 )
 
 // Which sessions the kernel fast path may carry.
@@ -117,14 +120,22 @@ func (s *Session) checkReceive() {
 		}
 	}
 	old := s.receiveBar.Swap(&bar)
-	switch {
-	case old != nil && *old == bar:
-	case bar != "":
+	if (old == nil && bar == "") || (old != nil && *old == bar) {
+		return
+	}
+	if now, said := clock.Nanos(), s.receiveSaid.Load(); said != 0 && now-said < int64(receiveSayEvery) ||
+		!s.receiveSaid.CompareAndSwap(said, now) {
+		return
+	}
+	if bar != "" {
 		s.log.Warn("fast path: the daemon keeps this session's receive ordering", "why", bar)
-	case old != nil:
+	} else {
 		s.log.Info("fast path: the kernel may receive for this session again")
 	}
 }
+
+// receiveSayEvery bounds how often checkReceive logs.
+const receiveSayEvery = 10 * time.Second
 
 // interfaceName names interface index i for a log line.
 func interfaceName(i int) string {

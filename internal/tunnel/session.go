@@ -182,6 +182,9 @@ type Session struct {
 	// receiveBar says why the kernel may not own the session's receive ordering
 	// although it may carry it ("" when it may: kernel.go).
 	receiveBar atomic.Pointer[string]
+	// receiveSaid is when the daemon last logged a change of receiveBar (clock.Nanos):
+	// at most every receiveSayEvery, should a link's packets alternate interfaces.
+	receiveSaid atomic.Int64
 	// linkNames: what the peer calls its links (linknames.go).
 	linkNames peerLinkNames
 
