@@ -218,7 +218,7 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	enum aggd_order_pkt pkt = AGGD_ORDER_CAN;
 	__u8 inner[RX_INNER_PEEK] = {};
 	__u32 body_len = 0, l2, iphl, ip_len, outer_len, inner_off, seq, link_seq, tstamp;
-	__u32 agg0 = 0, key0 = 0, res, action, segs = 1;
+	__u32 agg0 = 0, key0 = 0, res, action, segs = 1, diverted;
 	__u8 link_id;
 	__be32 session;
 	__be16 proto;
@@ -299,9 +299,10 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	 * a plain read is stable; the add is atomic anyway, so a reader on
 	 * another CPU never sees a torn value. --- */
 	bpf_spin_lock(&order->lock);
-	res = aggd_order_judge(order, (__u32)divert->count, seq, pkt);
+	diverted = (__u32)divert->count;
+	res = aggd_order_judge(order, diverted, seq, pkt);
 	if (res & AGGD_ORDER_DIVERTED) {
-		aggd_order_note_diverted(order, (__u32)divert->count, link_id, link_seq);
+		aggd_order_note_diverted(order, diverted, link_id, link_seq);
 		__sync_fetch_and_add(&divert->count, segs);
 	}
 	bpf_spin_unlock(&order->lock);

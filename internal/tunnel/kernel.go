@@ -48,7 +48,6 @@ func (s *Session) setLinkIDs(ids []uint8) {
 // checkKernel recomputes whether the kernel may carry the session, after its link set
 // or a link's peer address changed, and logs a change of verdict.
 func (s *Session) checkKernel() {
-	s.checkReceive()
 	bar := s.kernelBarReason()
 	old := s.kernelBar.Swap(&bar)
 	if s.fp == nil || (old != nil && *old == bar) {
@@ -97,16 +96,20 @@ func (s *Session) kernelMayCarry() bool {
 }
 
 // noteArrival records the interface a packet of link l arrived on (0: the kernel did
-// not say), and looks again at the receive side if it changed.
+// not say), and looks again at the receive side if it changed. Per packet: it only
+// reads unless the interface changed.
 func (s *Session) noteArrival(l *link, ifindex int) {
-	if s.fp == nil || ifindex == 0 || l.rxIfindex.Swap(int32(ifindex)) == int32(ifindex) {
+	if s.fp == nil || ifindex == 0 || l.rxIfindex.Load() == int32(ifindex) {
 		return
 	}
-	s.checkKernel()
+	l.rxIfindex.Store(int32(ifindex))
+	s.checkReceive()
 }
 
 // checkReceive recomputes whether the kernel may own the receive ordering as far as
-// where the links' packets arrive goes, and logs a change.
+// where the links' packets arrive goes, and logs a change. Called when a link's
+// interface changes and every tick (the receive program may have come to or gone
+// from an interface, or a link gone).
 func (s *Session) checkReceive() {
 	if s.fp == nil {
 		return
@@ -120,11 +123,7 @@ func (s *Session) checkReceive() {
 		}
 	}
 	old := s.receiveBar.Swap(&bar)
-	if (old == nil && bar == "") || (old != nil && *old == bar) {
-		return
-	}
-	if now, said := clock.Nanos(), s.receiveSaid.Load(); said != 0 && now-said < int64(receiveSayEvery) ||
-		!s.receiveSaid.CompareAndSwap(said, now) {
+	if (old == nil && bar == "") || (old != nil && *old == bar) || !s.mayLogReceive() {
 		return
 	}
 	if bar != "" {
@@ -136,6 +135,12 @@ func (s *Session) checkReceive() {
 
 // receiveSayEvery bounds how often checkReceive logs.
 const receiveSayEvery = 10 * time.Second
+
+// mayLogReceive reports whether checkReceive may log now, and if so notes that it did.
+func (s *Session) mayLogReceive() bool {
+	now, said := clock.Nanos(), s.receiveSaid.Load()
+	return (said == 0 || now-said >= int64(receiveSayEvery)) && s.receiveSaid.CompareAndSwap(said, now)
+}
 
 // interfaceName names interface index i for a log line.
 func interfaceName(i int) string {

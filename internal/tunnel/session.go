@@ -1117,7 +1117,7 @@ func (s *Session) mergeFastRx(links []*link, now time.Time) {
 			l.m.lost.Add(float64(lost))
 		}
 	}
-	s.checkReceive() // the receive program may have come to (or gone from) an interface
+	s.checkReceive()
 	s.rxMu.Lock()
 	if s.rxInFlight == 0 && s.reseq.Empty() && now.Sub(s.lastFastData) > fastResyncQuiet {
 		restart, next := s.fp.Resync()
