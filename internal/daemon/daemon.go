@@ -101,8 +101,9 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	}
 	session := sessionConfig("headend", cfg.Reorder, cfg.Probe, cfg.AQM)
 	var localPort uint16
-	var created func(string) // an uplink's interface created anew: its receive programs
-	var mtuChanged func(int) // the tunnel's MTU moved: the fast path's
+	var created func(string)       // an uplink's interface created anew: its receive programs
+	var mtuChanged func(int)       // the tunnel's MTU moved: the fast path's
+	var uplinkChanged func(string) // an uplink's carrier, address or routes changed: the fast path's
 	if cfg.BPF.Enabled && !opts.NoBPF {
 		ifaces := make([]string, 0, len(uplinks))
 		for _, u := range uplinks {
@@ -121,6 +122,7 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 				session.FastPath = fp
 				session.Routes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
 				mtuChanged = fp.setMTU
+				uplinkChanged = fp.uplinkChanged
 			}
 			created = func(name string) { interfaceCreated(log, sh, fp, name) }
 		} else {
@@ -139,7 +141,8 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 		headend[i] = u.Endpoint.Addr()
 	}
 	uw := &uplinkWatch{log: log, m: m, cpe: cpe, uplinks: cfg.Uplinks, headend: headend, created: created,
-		tunName: dev.Name(), autoMTU: cfg.Tunnel.MTU == 0, raiseAfter: cfg.Tunnel.MTURaiseAfter, mtuChanged: mtuChanged}
+		tunName: dev.Name(), autoMTU: cfg.Tunnel.MTU == 0, raiseAfter: cfg.Tunnel.MTURaiseAfter, mtuChanged: mtuChanged,
+		uplinkChanged: uplinkChanged}
 	if err := uw.watch(ctx); err != nil {
 		log.Warn("not watching the uplinks: a dead uplink leaves the bond only when its probes go unanswered, and an address change is not followed", "err", err)
 	}

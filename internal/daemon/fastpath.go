@@ -372,7 +372,9 @@ func (s *fpSession) Program(st tunnel.TxState) {
 		}
 		tl, err := s.f.resolveLink(l)
 		if err != nil {
-			s.warn("fast path: link not usable by the kernel; its packets take the slow path", "link", l.ID, "err", err)
+			if l.Usable { // a link that is down has often lost its route with it
+				s.warn("fast path: link not usable by the kernel; its packets take the slow path", "link", l.ID, "err", err)
+			}
 			continue
 		}
 		ts.Links[i] = tl
@@ -605,6 +607,10 @@ func (f *fastPath) resolveLink(l tunnel.TxLink) (bpf.TxLink, error) {
 	}, nil
 }
 
+// uplinkChanged is told of an event on an uplink's interface (carrier, address, route):
+// the links on it are looked up afresh when the session is next programmed.
+func (f *fastPath) uplinkChanged(iface string) { f.nexthop.forget(iface) }
+
 // completeChecksums turns transmit checksum offload off on a veth the transmit program
 // redirects to, once per interface, before the program gets the link.
 //
@@ -660,7 +666,10 @@ type nexthop struct {
 	at                 time.Time
 }
 
-// nexthopCache keeps route and neighbour lookups to one per link per second.
+// nexthopCache keeps route and neighbour lookups to one per link per second, or per
+// tenth of a second while the next hop is not resolved (the transmit program hands
+// the link's packets to the daemon until it is). An uplink event (forget) ends an
+// interface's entries at once.
 type nexthopCache struct {
 	mu sync.Mutex
 	m  map[string]nexthop
@@ -668,14 +677,17 @@ type nexthopCache struct {
 
 func newNexthopCache() *nexthopCache { return &nexthopCache{m: make(map[string]nexthop)} }
 
-const nexthopTTL = time.Second
+const (
+	nexthopTTL           = time.Second
+	unresolvedNexthopTTL = 100 * time.Millisecond
+)
 
 func (c *nexthopCache) get(iface string, dst, src netip.Addr) (nexthop, error) {
 	key := iface + "|" + dst.String() + "|" + src.String()
 	c.mu.Lock()
 	nh, ok := c.m[key]
 	c.mu.Unlock()
-	if ok && time.Since(nh.at) < nexthopTTL {
+	if ok && time.Since(nh.at) < nh.ttl() {
 		return nh, nil
 	}
 	nh, err := lookupNexthop(iface, dst, src)
@@ -687,6 +699,25 @@ func (c *nexthopCache) get(iface string, dst, src netip.Addr) (nexthop, error) {
 	c.m[key] = nh
 	c.mu.Unlock()
 	return nh, nil
+}
+
+// forget drops what is cached for links on interface iface: its carrier, addresses or
+// routes changed, and the next lookup must see them as they are now.
+func (c *nexthopCache) forget(iface string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key := range c.m {
+		if strings.HasPrefix(key, iface+"|") {
+			delete(c.m, key)
+		}
+	}
+}
+
+func (nh nexthop) ttl() time.Duration {
+	if nh.ethernet && !nh.neighOK {
+		return unresolvedNexthopTTL
+	}
+	return nexthopTTL
 }
 
 // lookupNexthop asks the kernel's routing table (as `ip route get DST [oif IFACE]

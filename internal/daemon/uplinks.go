@@ -37,6 +37,9 @@ type uplinkWatch struct {
 	raiseAfter time.Duration
 	// mtuChanged tells the fast path the tunnel's new MTU; nil without it.
 	mtuChanged func(mtu int)
+	// uplinkChanged tells the fast path that an uplink's interface changed, so that it
+	// looks its links' next hops up afresh; nil without it.
+	uplinkChanged func(ifname string)
 
 	// Only the event goroutine touches these.
 	//
@@ -109,6 +112,12 @@ func (uw *uplinkWatch) handle(e netwatch.Event) {
 	u := uw.uplinks[id]
 	uw.m.UplinkEvents.WithLabelValues(u.Name, e.Kind.String()).Inc()
 	uw.log.Info("uplink event", "link", u.Name, "interface", e.Interface, "kind", e.Kind.String(), "event", e.String())
+	if e.Kind == netwatch.CarrierBack {
+		uw.prepareReturn(id) // before the link is probed again
+	}
+	if uw.uplinkChanged != nil {
+		uw.uplinkChanged(e.Interface)
+	}
 	switch e.Kind {
 	case netwatch.CarrierLost:
 		uw.cpe.UplinkCarrier(id, false)
@@ -124,6 +133,36 @@ func (uw *uplinkWatch) handle(e netwatch.Event) {
 	case netwatch.MTUChanged, netwatch.Deleted:
 		// Deleted: the small uplink may have gone (a PPPoE line's ppp0 at a reconnect).
 		uw.reviewMTU()
+	}
+}
+
+// prepareReturn readies an uplink whose carrier is back for its link's return:
+//
+//   - the route to the headend through its gateway (uplinks[].gateway) is put back:
+//     setting an interface down deletes its routes, and no address event follows when
+//     it comes up with its address kept (without an address yet, the address event
+//     puts the route back instead: rebind);
+//   - its neighbour entries still unresolved are deleted. A packet the fast path sent in
+//     the moment between the interface going down and the link leaving the schedule
+//     left one behind, whose first solicitation went nowhere; the kernel asks again only
+//     a second later, and the link's packets to that next hop were lost until then
+//     while its probes, sent to another, got through (netcfg.FlushUnresolvedNeighbours).
+func (uw *uplinkWatch) prepareReturn(id int) {
+	u := uw.uplinks[id]
+	if u.Gateway.IsValid() {
+		if err := netcfg.AddGatewayRoute(uw.headend[id], u.Gateway, u.Interface, gatewayRouteMetric(id)); err != nil {
+			uw.log.Debug("route to the headend through the uplink's gateway not put back yet; it is when the uplink's address comes",
+				"link", u.Name, "err", err)
+		}
+	}
+	n, err := netcfg.FlushUnresolvedNeighbours(u.Interface)
+	if err != nil {
+		uw.log.Warn("cannot delete the uplink's unresolved neighbour entries; a next hop left unresolved while it was down may take a second to answer",
+			"link", u.Name, "err", err)
+	}
+	if n > 0 {
+		uw.log.Info("uplink's neighbour entries left unresolved while it was down deleted, so that they resolve at once",
+			"link", u.Name, "interface", u.Interface, "entries", n)
 	}
 }
 
