@@ -65,60 +65,77 @@ func TestCarrierLossTakesUplinkDownAtOnce(t *testing.T) {
 	t.Logf("by the end of the flow the headend had received loss notices for %v sequence numbers, repeats included", b.metricOr0("hub", noticed))
 }
 
-// An uplink whose interface goes down for a moment under load (a modem's resync, an
-// `ifdown; ifup`) is back in use as soon as its carrier is: its probes bring it up,
-// and its data arrives. The route through its configured gateway, which the kernel
-// deleted with the interface going down, is put back.
+// An uplink that goes away for a moment under load is back in use as soon as its
+// carrier is: its probes bring it up, and its data arrives.
 //
-// With the fast path, packets sent in the moment before the link left the schedule
-// leave the gateway's neighbour entry unresolved, its solicitation lost on the down
-// interface, and the kernel asks again only after the interface's retrans time. The
-// CPE deletes such entries when the carrier comes back. Here that time is 20 s, so
-// that an entry left behind keeps up3 out for the rest of the flow (with the default
-// second it cost a second of up3: without the route put back, data vanished while the
-// probes went to the headend on-link, and up3 went down and up 4 to 5 times).
+//   - "interface set down" (an `ifdown; ifup`, a modem's resync seen as a down
+//     interface): the kernel deletes the interface's routes; the route through the
+//     uplink's configured gateway is put back. With the fast path, packets sent in the
+//     moment before the link left the schedule leave the gateway's neighbour entry
+//     unresolved, its solicitation lost on the down interface.
+//   - "carrier lost" (the far end gone: a cable pulled, a modem rebooting): the
+//     routes stay, and the probes sent meanwhile leave the entry unresolved.
+//
+// Either way the kernel asks again only after the interface's retrans time, and the
+// CPE deletes such entries when the carrier comes back. Here that time is 20 s, so that
+// an entry left behind keeps up3 out for the rest of the flow. (With the default
+// second, before the CPE deleted them, it cost a second of up3; with the fast path and
+// the route not put back, data vanished while the probes went to the headend on-link,
+// and up3 went down and up 4 to 5 times.)
 func TestUplinkBackFromAMomentDownCarriesData(t *testing.T) {
-	n := newTopology(t)
-	n.Run("cpe", "sysctl", "-qw", "net.ipv4.neigh.up3.retrans_time_ms=20000")
-	b := startBondWith(t, n, bondOptions{uplink: map[int]string{3: "    gateway: 10.98.3.1\n"}})
-	startIperfServer(t, n)
-	const rx = `aggd_link_receive_packets_total{link="link2",peer="cpe1"}`
-	var rxBack float64
-	flapped := make(chan error, 1)
-	go func() {
-		time.Sleep(time.Second)
-		for _, step := range [][]string{{"ip", "link", "set", "up3", "down"}, {"sleep", "0.1"}, {"ip", "link", "set", "up3", "up"}} {
-			if out, err := n.Try("cpe", step...); err != nil {
-				flapped <- fmt.Errorf("%v: %v\n%s", step, err, out)
-				return
+	for _, c := range []struct {
+		name    string
+		ns, ifc string // the interface set down: the CPE's own, or the far end's
+		downFor string
+	}{
+		{"interface set down", "cpe", "up3", "0.1"},
+		{"carrier lost", "hub", "hl3", "0.3"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := newTopology(t)
+			n.Run("cpe", "sysctl", "-qw", "net.ipv4.neigh.up3.retrans_time_ms=20000")
+			b := startBondWith(t, n, bondOptions{uplink: map[int]string{3: "    gateway: 10.98.3.1\n"}})
+			startIperfServer(t, n)
+			const rx = `aggd_link_receive_packets_total{link="link2",peer="cpe1"}`
+			var rxBack float64
+			flapped := make(chan error, 1)
+			go func() {
+				time.Sleep(time.Second)
+				for _, step := range [][]string{{"ip", "link", "set", c.ifc, "down"}, {"sleep", c.downFor}, {"ip", "link", "set", c.ifc, "up"}} {
+					if out, err := n.Try(c.ns, step...); err != nil {
+						flapped <- fmt.Errorf("%v: %v\n%s", step, err, out)
+						return
+					}
+				}
+				rxBack = b.metricOr0("hub", rx)
+				flapped <- nil
+			}()
+			lost, _ := udpFlow(t, n, "10M", 5, false)
+			if err := <-flapped; err != nil {
+				t.Fatal(err)
 			}
-		}
-		rxBack = b.metricOr0("hub", rx)
-		flapped <- nil
-	}()
-	lost, _ := udpFlow(t, n, "10M", 5, false)
-	if err := <-flapped; err != nil {
-		t.Fatal(err)
-	}
-	got := b.metric(t, "hub", rx) - rxBack
-	t.Logf("UDP upstream 10 Mbit/s with up3 down for 100 ms: lost %.2f%%; up3 carried %.0f packets after its carrier came back", lost, got)
-	cpeLog := filepath.Join(b.dir, "cpe.log")
-	for _, line := range logLines(cpeLog, "unresolved while it was down") {
-		t.Logf("cpe: %s", line)
-	}
+			got := b.metric(t, "hub", rx) - rxBack
+			t.Logf("UDP upstream 10 Mbit/s with %s down for %s s: lost %.2f%%; up3 carried %.0f packets after its carrier came back",
+				c.ifc, c.downFor, lost, got)
+			cpeLog := filepath.Join(b.dir, "cpe.log")
+			for _, line := range logLines(cpeLog, "unresolved while it was down") {
+				t.Logf("cpe: %s", line)
+			}
 
-	downs := logLines(cpeLog, `msg="link down"`, "link=up3")
-	for _, line := range downs {
-		t.Logf("cpe: %s", line)
-	}
-	if len(downs) != 1 || !strings.Contains(downs[0], `cause="carrier lost"`) {
-		t.Errorf("up3 went down %d times; want once, for its carrier (a link whose probes are answered but whose data is lost goes down again)", len(downs))
-	}
-	if got < 100 {
-		t.Errorf("the headend received %.0f packets on up3 after its carrier came back; want it back in use", got)
-	}
-	if route := n.Run("cpe", "ip", "route", "show", headendIP, "dev", "up3"); !strings.Contains(route, "via 10.98.3.1 proto") {
-		t.Errorf("the route to the headend through up3's configured gateway was not put back:\n%s", route)
+			downs := logLines(cpeLog, `msg="link down"`, "link=up3")
+			for _, line := range downs {
+				t.Logf("cpe: %s", line)
+			}
+			if len(downs) != 1 || !strings.Contains(downs[0], `cause="carrier lost"`) {
+				t.Errorf("up3 went down %d times; want once, for its carrier (a link whose probes are answered but whose data is lost goes down again)", len(downs))
+			}
+			if got < 100 {
+				t.Errorf("the headend received %.0f packets on up3 after its carrier came back; want it back in use", got)
+			}
+			if route := n.Run("cpe", "ip", "route", "show", headendIP, "dev", "up3"); !strings.Contains(route, "via 10.98.3.1 proto") {
+				t.Errorf("the route to the headend through up3's configured gateway was not put back:\n%s", route)
+			}
+		})
 	}
 }
 
