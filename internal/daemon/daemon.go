@@ -229,7 +229,8 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 			defer stop()
 			watchNewInterfaces(wctx, log, sh, func() []string { return headendInterfaces(cfg, dev.Name()) },
 				func(name string) { interfaceCreated(log, sh, fp, name) },
-				func(name string) { interfaceDeleted(sh, fp, name) })
+				func(name string) { interfaceDeleted(sh, fp, name) },
+				func(name string, up bool) { interfaceCarrier(log, fp, name, up) })
 		} else {
 			dropUnwantedAttachments(log, host.keep, nil, nil)
 		}

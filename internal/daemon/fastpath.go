@@ -250,6 +250,22 @@ func interfaceDeleted(sh *shield, fp *fastPath, name string) {
 	}
 }
 
+// interfaceCarrier readies a headend interface that lost its carrier or has it again,
+// as the CPE readies an uplink (uplinkWatch.prepareReturn): the fast path looks its
+// links' next hops up afresh, and at the carrier's return the neighbour entries left
+// unresolved meanwhile (by the transmit program's redirects in the moment before the
+// links on it were found down, or by probes while it had no carrier) are deleted, so
+// that they resolve at once instead of a retrans time later.
+func interfaceCarrier(log *slog.Logger, fp *fastPath, name string, up bool) {
+	log.Info("interface carrier changed", "interface", name, "up", up)
+	if fp != nil {
+		fp.uplinkChanged(name)
+	}
+	if up {
+		deleteUnresolvedNeighbours(log, name)
+	}
+}
+
 // interfaceCreated attaches the shield and, behind it, the receive program to an
 // interface that was created anew (or appeared after the start), and steers its
 // receive processing like the others'. The transmit side needs nothing: it looks the

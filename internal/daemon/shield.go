@@ -228,9 +228,11 @@ func headendInterfaces(cfg *config.Headend, tunName string) []string {
 // it arrives: created is called for each interface wanted lists (headendInterfaces, at
 // the time) that is up and not attached to under its current index (one that came up
 // after the start, or came back as a new interface of an old name), deleted for each
-// attached one that goes away. The CPE follows its uplinks through netwatch instead
+// attached one that goes away, and carrier when an attached one loses its carrier (up
+// false) or has it again. The CPE follows its uplinks through netwatch instead
 // (uplinkWatch).
-func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, wanted func() []string, created, deleted func(name string)) {
+func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, wanted func() []string, created, deleted func(name string),
+	carrier func(name string, up bool)) {
 	go func() {
 		for ctx.Err() == nil {
 			// Each subscription lists the existing interfaces first: what came up
@@ -247,7 +249,7 @@ func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, wante
 			if err != nil {
 				log.Warn("cannot watch for new interfaces; retrying", "err", err)
 			} else {
-				followInterfaces(updates, sh, wanted, created, deleted)
+				followInterfaces(updates, sh, wanted, created, deleted, carrier)
 			}
 			select {
 			case <-ctx.Done():
@@ -260,8 +262,10 @@ func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, wante
 // followInterfaces acts on link updates until the channel closes. Every recheck it also
 // looks at what wanted lists now: without bpf.interfaces that follows the default
 // routes, which can appear or move (DHCP, a second line) with no link update at all.
-func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func() []string, created, deleted func(string)) {
-	tried := make(map[string]int) // the index created was last called for, by name: once per interface
+func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func() []string, created, deleted func(string),
+	carrier func(string, bool)) {
+	tried := make(map[string]int)    // the index created was last called for, by name: once per interface
+	running := make(map[string]bool) // the attached interfaces' carrier as last seen, by name
 	// unattached: the interface is up and neither attached to nor tried under its index.
 	unattached := func(name string, index int, up bool) bool {
 		at, ok := sh.attached()[name]
@@ -282,6 +286,7 @@ func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func
 			a := u.Attrs()
 			if u.Header.Type == unix.RTM_DELLINK {
 				delete(tried, a.Name)
+				delete(running, a.Name)
 				if at, ok := sh.attached()[a.Name]; ok && at == a.Index {
 					deleted(a.Name)
 				}
@@ -289,6 +294,13 @@ func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func
 			}
 			if unattached(a.Name, a.Index, a.Flags&net.FlagUp != 0) && slices.Contains(wanted(), a.Name) {
 				attach(a.Name, a.Index)
+			}
+			if at, ok := sh.attached()[a.Name]; ok && at == a.Index {
+				up := a.Flags&net.FlagUp != 0 && a.RawFlags&unix.IFF_LOWER_UP != 0
+				if was, seen := running[a.Name]; seen && was != up {
+					carrier(a.Name, up)
+				}
+				running[a.Name] = up
 			}
 		case <-tick.C:
 			for _, name := range wanted() {

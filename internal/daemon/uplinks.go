@@ -155,14 +155,20 @@ func (uw *uplinkWatch) prepareReturn(id int) {
 				"link", u.Name, "err", err)
 		}
 	}
-	n, err := netcfg.FlushUnresolvedNeighbours(u.Interface)
+	deleteUnresolvedNeighbours(uw.log.With("link", u.Name), u.Interface)
+}
+
+// deleteUnresolvedNeighbours deletes an interface's neighbour entries left unresolved
+// while it was down (netcfg.FlushUnresolvedNeighbours), and logs what it did.
+func deleteUnresolvedNeighbours(log *slog.Logger, ifname string) {
+	n, err := netcfg.FlushUnresolvedNeighbours(ifname)
 	if err != nil {
-		uw.log.Warn("cannot delete the uplink's unresolved neighbour entries; a next hop left unresolved while it was down may take a second to answer",
-			"link", u.Name, "err", err)
+		log.Warn("cannot delete the interface's unresolved neighbour entries; a next hop left unresolved while it was down may take a second to answer",
+			"interface", ifname, "err", err)
 	}
 	if n > 0 {
-		uw.log.Info("uplink's neighbour entries left unresolved while it was down deleted, so that they resolve at once",
-			"link", u.Name, "interface", u.Interface, "entries", n)
+		log.Info("neighbour entries left unresolved while the interface was down deleted, so that they resolve at once",
+			"interface", ifname, "entries", n)
 	}
 }
 

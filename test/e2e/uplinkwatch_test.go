@@ -75,28 +75,43 @@ func TestCarrierLossTakesUplinkDownAtOnce(t *testing.T) {
 //     unresolved, its solicitation lost on the down interface.
 //   - "carrier lost" (the far end gone: a cable pulled, a modem rebooting): the
 //     routes stay, and the probes sent meanwhile leave the entry unresolved.
+//   - "headend's interface, downstream": the headend's interface set down, under a
+//     downstream flow. With the fast path, the headend's transmit program leaves its
+//     entry for the CPE unresolved in the same way: the headend readies its
+//     interfaces as the CPE does its uplinks. The CPE is given a static entry for its
+//     gateway, so that it never asks for the headend's address: its request would
+//     resolve the headend's entry on the way, as a real headend's router, whose entry
+//     for the headend stays valid, does not.
 //
 // Either way the kernel asks again only after the interface's retrans time, and the
-// CPE deletes such entries when the carrier comes back. Here that time is 20 s, so that
-// an entry left behind keeps up3 out for the rest of the flow. (With the default
-// second, before the CPE deleted them, it cost a second of up3; with the fast path and
-// the route not put back, data vanished while the probes went to the headend on-link,
-// and up3 went down and up 4 to 5 times.)
+// daemon deletes such entries when the carrier comes back. Here that time is 20 s on
+// both ends of up3, so that an entry left behind keeps up3 out for the rest of the flow.
+// (With the default second, before the daemons deleted them, it cost a second of up3;
+// with the fast path and the route not put back, data vanished while the probes went
+// to the headend on-link, and up3 went down and up 4 to 5 times.)
 func TestUplinkBackFromAMomentDownCarriesData(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		ns, ifc string // the interface set down: the CPE's own, or the far end's
 		downFor string
+		reverse bool // the flow goes downstream
 	}{
-		{"interface set down", "cpe", "up3", "0.1"},
-		{"carrier lost", "hub", "hl3", "0.3"},
+		{"interface set down", "cpe", "up3", "0.1", false},
+		{"carrier lost", "hub", "hl3", "0.3", false},
+		{"headend's interface, downstream", "hub", "hl3", "0.1", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := newTopology(t)
 			n.Run("cpe", "sysctl", "-qw", "net.ipv4.neigh.up3.retrans_time_ms=20000")
+			n.Run("hub", "sysctl", "-qw", "net.ipv4.neigh.hl3.retrans_time_ms=20000")
+			rxNS, rx := "hub", `aggd_link_receive_packets_total{link="link2",peer="cpe1"}`
+			if c.reverse {
+				rxNS, rx = "cpe", `aggd_link_receive_packets_total{link="up3",peer="headend"}`
+				mac := strings.TrimSpace(n.Run("hub", "cat", "/sys/class/net/hl3/address"))
+				n.Run("cpe", "ip", "neigh", "replace", "10.98.3.1", "lladdr", mac, "nud", "permanent", "dev", "up3")
+			}
 			b := startBondWith(t, n, bondOptions{uplink: map[int]string{3: "    gateway: 10.98.3.1\n"}})
 			startIperfServer(t, n)
-			const rx = `aggd_link_receive_packets_total{link="link2",peer="cpe1"}`
 			var rxBack float64
 			flapped := make(chan error, 1)
 			go func() {
@@ -107,22 +122,23 @@ func TestUplinkBackFromAMomentDownCarriesData(t *testing.T) {
 						return
 					}
 				}
-				rxBack = b.metricOr0("hub", rx)
+				rxBack = b.metricOr0(rxNS, rx)
 				flapped <- nil
 			}()
-			lost, _ := udpFlow(t, n, "10M", 5, false)
+			lost, _ := udpFlow(t, n, "10M", 5, c.reverse)
 			if err := <-flapped; err != nil {
 				t.Fatal(err)
 			}
-			got := b.metric(t, "hub", rx) - rxBack
-			t.Logf("UDP upstream 10 Mbit/s with %s down for %s s: lost %.2f%%; up3 carried %.0f packets after its carrier came back",
-				c.ifc, c.downFor, lost, got)
-			cpeLog := filepath.Join(b.dir, "cpe.log")
-			for _, line := range logLines(cpeLog, "unresolved while it was down") {
-				t.Logf("cpe: %s", line)
+			got := b.metric(t, rxNS, rx) - rxBack
+			t.Logf("UDP 10 Mbit/s (downstream %v) with %s down for %s s: lost %.2f%%; up3 carried %.0f packets after its carrier came back",
+				c.reverse, c.ifc, c.downFor, lost, got)
+			for _, f := range []string{"cpe.log", "hub.log"} {
+				for _, line := range logLines(filepath.Join(b.dir, f), "unresolved while the interface was down") {
+					t.Logf("%s: %s", f, line)
+				}
 			}
 
-			downs := logLines(cpeLog, `msg="link down"`, "link=up3")
+			downs := logLines(filepath.Join(b.dir, "cpe.log"), `msg="link down"`, "link=up3")
 			for _, line := range downs {
 				t.Logf("cpe: %s", line)
 			}
@@ -130,7 +146,7 @@ func TestUplinkBackFromAMomentDownCarriesData(t *testing.T) {
 				t.Errorf("up3 went down %d times; want once, for its carrier (a link whose probes are answered but whose data is lost goes down again)", len(downs))
 			}
 			if got < 100 {
-				t.Errorf("the headend received %.0f packets on up3 after its carrier came back; want it back in use", got)
+				t.Errorf("%s received %.0f packets on up3 after its carrier came back; want it back in use", rxNS, got)
 			}
 			if route := n.Run("cpe", "ip", "route", "show", headendIP, "dev", "up3"); !strings.Contains(route, "via 10.98.3.1 proto") {
 				t.Errorf("the route to the headend through up3's configured gateway was not put back:\n%s", route)
