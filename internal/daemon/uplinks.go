@@ -149,11 +149,9 @@ func (uw *uplinkWatch) handle(e netwatch.Event) {
 //     while its probes, sent to another, got through (netcfg.FlushUnresolvedNeighbours).
 func (uw *uplinkWatch) prepareReturn(id int) {
 	u := uw.uplinks[id]
-	if u.Gateway.IsValid() {
-		if err := netcfg.AddGatewayRoute(uw.headend[id], u.Gateway, u.Interface, gatewayRouteMetric(id)); err != nil {
-			uw.log.Debug("route to the headend through the uplink's gateway not put back yet; it is when the uplink's address comes",
-				"link", u.Name, "err", err)
-		}
+	if err := uw.putBackGatewayRoute(id); err != nil {
+		uw.log.Debug("route to the headend through the uplink's gateway not put back yet; it is when the uplink's address comes",
+			"link", u.Name, "err", err)
 	}
 	deleteUnresolvedNeighbours(uw.log.With("link", u.Name), u.Interface)
 }
@@ -232,7 +230,10 @@ func (uw *uplinkWatch) checkSource(id int) {
 // it cannot exist before the interface has an address on the gateway's subnet).
 func (uw *uplinkWatch) rebind(id int, addr netip.Addr) {
 	u := uw.uplinks[id]
-	uw.restoreGatewayRoute(id)
+	if err := uw.putBackGatewayRoute(id); err != nil {
+		uw.log.Warn("cannot put back the route to the headend through the uplink's gateway; its packets follow the other routes",
+			"link", u.Name, "err", err)
+	}
 	if err := uw.cpe.RebindUplink(id, addr); err != nil {
 		// recreated stays set: the next address event tries again.
 		uw.log.Error("uplink not re-bound", "link", u.Name, "err", err)
@@ -244,15 +245,14 @@ func (uw *uplinkWatch) rebind(id int, addr netip.Addr) {
 	uw.reviewMTU()
 }
 
-func (uw *uplinkWatch) restoreGatewayRoute(id int) {
+// putBackGatewayRoute adds (or replaces) the route to the headend through uplink id's
+// gateway, if it has one (uplinks[].gateway); the callers say how much a failure matters.
+func (uw *uplinkWatch) putBackGatewayRoute(id int) error {
 	u := uw.uplinks[id]
 	if !u.Gateway.IsValid() {
-		return
+		return nil
 	}
-	if err := netcfg.AddGatewayRoute(uw.headend[id], u.Gateway, u.Interface, gatewayRouteMetric(id)); err != nil {
-		uw.log.Warn("cannot put back the route to the headend through the uplink's gateway; its packets follow the other routes",
-			"link", u.Name, "err", err)
-	}
+	return netcfg.AddGatewayRoute(uw.headend[id], u.Gateway, u.Interface, gatewayRouteMetric(id))
 }
 
 // gatewayRouteMetric is the metric of the route to the headend through uplink i's
