@@ -293,11 +293,7 @@ func linkNames(ls []*link) []string {
 // reply was only late goes back to standing by, and one found down is probed on the
 // standby scale again.
 func TestIdleStandbyLinkThatMissesAnAnswerIsVerified(t *testing.T) {
-	s, cfg, links := standbyTest(sched.ClassPrimary, sched.ClassBackup)
-	primary, backup := links[0], links[1]
-	t0 := time.Unix(1000, 0)
-	primary.onReply(t0, 10*time.Millisecond)
-	backup.onReply(t0, 10*time.Millisecond)
+	s, cfg, _, backup, t0 := answeringPrimaryAndBackup()
 	now := t0
 	var probes int
 	tick := func(answer bool) {
@@ -424,6 +420,41 @@ func TestDeadStandbyLinkGetsNoGrace(t *testing.T) {
 	}
 }
 
+// A probe from the peer on a link that is down on this side is answered with a probe
+// of our own at once, so that the link comes up here too without waiting for this
+// side's turn (a standby interval, for a backup); at most one per probe interval, and
+// none on a link that is up.
+func TestAPeersProbeOnADownLinkIsProbedBack(t *testing.T) {
+	s, cfg, _, backup, t0 := answeringPrimaryAndBackup()
+	backup.setUnit(s.probeUnit(backup, t0, true), t0)
+	if !backup.probeDue(t0, cfg.Probe, false) {
+		t.Fatal("the backup's first probe is not due")
+	}
+	if backup.probeBack(t0.Add(cfg.Probe), cfg.Probe) {
+		t.Error("a peer's probe on a link that is up is probed back")
+	}
+	backup.mu.Lock()
+	backup.setState(stateDown)
+	backup.mu.Unlock()
+
+	now := t0.Add(cfg.StandbyProbe / 2)
+	if backup.probeDue(now, cfg.Probe, false) {
+		t.Fatal("a down backup is probed before a standby interval is up; the test wants it waiting")
+	}
+	if !backup.probeBack(now, cfg.Probe) {
+		t.Fatal("a peer's probe on a down backup, half a standby interval after its last probe, is not probed back")
+	}
+	if backup.probeBack(now.Add(cfg.Probe/2), cfg.Probe) {
+		t.Error("a second peer's probe half a probe interval later is probed back too")
+	}
+	if due := t0.Add(cfg.StandbyProbe); backup.probeDue(due, cfg.Probe, false) {
+		t.Error("the tick probes the backup a standby interval after its turn before the probe back; want it counting from the probe back")
+	}
+	if !backup.probeBack(now.Add(cfg.Probe), cfg.Probe) {
+		t.Error("a peer's probe a probe interval after the last probe back is not probed back")
+	}
+}
+
 // A flow arriving puts the FEEDBACK copy on a standby link, and keeps it there for
 // down_after after the flow stops: those reports are the verdicts on dead links.
 func TestFeedbackFollowsAFlowToTheStandbyLink(t *testing.T) {
@@ -462,6 +493,16 @@ func standbyTest(classes ...sched.Class) (*Session, SessionConfig, []*link) {
 		links = append(links, s.addLink(LinkSpec{ID: uint8(i), Name: c.String(), Class: c}, func(*link, []byte) error { return nil }))
 	}
 	return s, cfg, links
+}
+
+// answeringPrimaryAndBackup is standbyTest with a primary and a backup, both up on a
+// probe reply at t0.
+func answeringPrimaryAndBackup() (s *Session, cfg SessionConfig, primary, backup *link, t0 time.Time) {
+	s, cfg, links := standbyTest(sched.ClassPrimary, sched.ClassBackup)
+	primary, backup, t0 = links[0], links[1], time.Unix(1000, 0)
+	primary.onReply(t0, 10*time.Millisecond)
+	backup.onReply(t0, 10*time.Millisecond)
+	return s, cfg, primary, backup, t0
 }
 
 // When nothing at all is heard from the peer, the silence is the peer's, the path's or

@@ -91,3 +91,20 @@ func TestReceiveOrderingStaysWhereTheKernelCannotSee(t *testing.T) {
 		}
 	}
 }
+
+// A link that goes down leaves the kernel's schedule at once, not at the tick's next
+// refresh: the kernel stripes by itself, and until then went on sending into the dead
+// link, packets lost with no notice.
+func TestALinkGoingDownLeavesTheKernelsScheduleAtOnce(t *testing.T) {
+	s, l, sp := fastSessionWithLink()
+	s.installKeys(&keyGen{id: 1, created: time.Now()}, true)
+	l.onReply(time.Now(), 10*time.Millisecond)
+	s.refreshSchedule()
+	if sp.programmed == nil || len(sp.programmed.Links) != 1 || !sp.programmed.Links[0].Usable {
+		t.Fatalf("the kernel was given %+v, want link 3 usable", sp.programmed)
+	}
+	s.setLinkOffline(3, true, "carrier lost")
+	if sp.programmed.Links[0].Usable {
+		t.Error("link 3 is still usable in the kernel's schedule after it went down")
+	}
+}

@@ -412,9 +412,6 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 	case old == stateSuspect && silent <= suspectAfter && quiet == 0 && !owedSilence:
 		l.setState(stateUp) // the peer reports our data arriving again
 	}
-	if l.state == stateDown && old != stateDown {
-		l.quiet.reset(l.txPkts.Load())
-	}
 	return l.state, l.state != old, cause
 }
 
@@ -586,6 +583,14 @@ func (l *link) delivering(r wire.LinkReport) bool {
 func (l *link) setState(s linkState) {
 	if s != l.state {
 		l.m.changed.SetToCurrentTime()
+	}
+	// However it went down (its health, its uplink's carrier), a link that comes
+	// back owes nothing of what was sent on it before.
+	switch {
+	case s == stateDown && l.state != stateDown:
+		l.quiet.reset(l.txPkts.Load())
+	case s != stateDown && l.state == stateDown:
+		l.quiet.returning(l.txPkts.Load(), l.sentLinkSeq())
 	}
 	l.state = s
 	l.m.up.Set(boolGauge(s.inSchedule()))
@@ -869,11 +874,41 @@ func (l *link) probeDue(now time.Time, interval time.Duration, doubt bool) bool 
 	if now.Sub(l.lastProbe) < every-interval/2 {
 		return false
 	}
+	l.probedLocked(now)
+	return true
+}
+
+// probed notes a probe sent outside the tick (Session.probeAtOnce), so that the tick
+// counts its next one from it and a missed answer from it.
+func (l *link) probed(now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.probedLocked(now)
+}
+
+// probeBack reports whether a probe from the peer on the link, at now, is to be
+// answered with a probe of our own besides the reply, and notes that probe if so: the
+// link is not up on this side (not answered yet, or down), and the tick has not probed
+// it within a probe interval. The peer's probe says the link carries again (its carrier
+// is back, the path healed); the tick would probe a link that is down only at its next
+// turn, and a standby link that is down only every standby interval (2 s), so that
+// the link came up on one side seconds before the other. At most one per interval, so
+// two sides that hear each other's probes but not their replies do not echo forever.
+func (l *link) probeBack(now time.Time, interval time.Duration) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state.inSchedule() || now.Sub(l.lastProbe) < interval {
+		return false
+	}
+	l.probedLocked(now)
+	return true
+}
+
+func (l *link) probedLocked(now time.Time) {
 	l.lastProbe = now
 	if !l.awaiting.After(l.lastSignLocked()) {
 		l.awaiting = now
 	}
-	return true
 }
 
 // oweTogether: the peer's last report showed nothing new on any link while they

@@ -117,6 +117,14 @@ type quietWatch struct {
 	// peerCopies: the peer copies what it sends, so it has a link in doubt (set by the
 	// session each tick); this one is then in doubt after a shorter silence.
 	peerCopies bool
+	// writtenOff, while writeOff: the last link sequence number sent before the link
+	// came back from down (returning). What was in flight when it went down never
+	// arrives (the peer was sent a loss notice for it, or copies), so a report counts
+	// it received: otherwise a returning link owed it until its new packets arrived,
+	// and with the kernel's schedule taking the link back a tick after its return, its
+	// silence meanwhile made it suspect about 100 ms after it came up.
+	writtenOff uint32
+	writeOff   bool
 }
 
 // mark records the link's sent-packet count and last link sequence number at now.
@@ -159,6 +167,13 @@ func (q *quietWatch) markBy(cutoff time.Time) (sentMark, bool) {
 // five seconds after such a tail, when traffic resumed on the third). quietLapse such
 // reports in a row end a suspicion: an idle link's silence says nothing.
 func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, progress, othersDelivered bool, highest uint32) (owed uint64) {
+	if q.writeOff {
+		if wire.SeqAfter(q.writtenOff, highest) {
+			highest = q.writtenOff
+		} else {
+			q.writeOff = false // the peer has gone past it
+		}
+	}
 	if progress {
 		q.reports, q.idle, q.owing, q.behind = 0, 0, false, 0
 		if sent, ok := q.sentBy(delivered); ok {
@@ -230,10 +245,18 @@ func (q *quietWatch) oweTogether() {
 	}
 }
 
-// reset forgets what was owed when the link leaves the schedule: its packets now go
-// elsewhere, and a returning link starts with a clean slate.
+// reset forgets what was owed when the link goes down: its packets now go elsewhere.
 func (q *quietWatch) reset(sentNow uint64) {
 	q.confirmed, q.reports, q.idle, q.owing, q.behind = sentNow, 0, 0, false, 0
+}
+
+// returning gives a link that comes back from down a clean slate: what was sent on it
+// up to now (sentNow packets, the last numbered linkSeq) was in flight when it went
+// down, or sent in the moment before the kernel took it out of its schedule, and never
+// arrives.
+func (q *quietWatch) returning(sentNow uint64, linkSeq uint32) {
+	q.reset(max(q.confirmed, sentNow))
+	q.writtenOff, q.writeOff = linkSeq, true
 }
 
 // quietCutoff is the latest send time whose packets a report arriving at now should

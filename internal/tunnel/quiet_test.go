@@ -521,3 +521,30 @@ func TestPacketsThePeerReportedAreNotOwed(t *testing.T) {
 		}
 	}
 }
+
+// A link taken down with packets in flight (its carrier lost) owes none of them when it
+// returns: they were written off (the peer got a loss notice for them). Before, the
+// reports went on owing them until the link's new packets arrived, and a returning link
+// that the kernel's schedule took back a tick later was made suspect for that silence.
+func TestAReturningLinkOwesNothingFromBeforeItWentDown(t *testing.T) {
+	r := newQuietRig(t, 20*time.Millisecond)
+	for range 40 { // 2 s of 120 packets/s, all arriving
+		r.step(6, 12, true)
+	}
+	r.step(12, 0, false) // in flight when the carrier goes: never arrives
+	r.l.mu.Lock()
+	r.l.setState(stateDown)
+	r.l.mu.Unlock()
+
+	r.l.onReply(r.t0.Add(r.now), 20*time.Millisecond) // carrier back: the first probe's reply
+	for range 4 {                                     // 200 ms of reports before the link's new packets arrive, no probe due
+		if st := r.step(0, 0, false); st != stateUp {
+			t.Fatalf("%v after its return, with nothing sent since: %v (%v), want up", r.now, st, r.cause)
+		}
+	}
+	for range 10 {
+		if st := r.step(6, 12, true); st != stateUp {
+			t.Fatalf("%v after its return, delivering: %v (%v), want up", r.now, st, r.cause)
+		}
+	}
+}

@@ -98,6 +98,10 @@ type Session struct {
 	sched    *sched.Scheduler
 	txCtrl   atomic.Uint64
 	schedDue atomic.Bool
+	// refreshMu orders refreshSchedule's runs (the tick's, a sender's, a link going
+	// down): the one that runs last read the links last, so the schedule it hands the
+	// scheduler and the kernel is the newest.
+	refreshMu sync.Mutex
 	// aqm is the bond's entry AQM (nil: none); guarded by txMu. With the kernel fast
 	// path it makes the drop schedule (Codel.Spacing) both paths carry out (aqmSignal).
 	aqm *aqm.Codel
@@ -483,6 +487,8 @@ func (s *Session) watermark(l *link) (seq, linkSeq uint32) {
 
 // refreshSchedule hands the links' current parameters to the scheduler.
 func (s *Session) refreshSchedule() {
+	s.refreshMu.Lock()
+	defer s.refreshMu.Unlock()
 	links := s.allLinks()
 	params := make([]sched.LinkParams, 0, len(links))
 	var minFloor int32
@@ -658,6 +664,13 @@ func (s *Session) sendControlStamped(l *link, t wire.Type, seq, linkSeq uint32, 
 	}
 }
 
+// probeAtOnce probes link l now rather than at the tick's turn: a link that came back
+// (setLinkOffline) or moved to a new address (CPE.RebindUplink).
+func (s *Session) probeAtOnce(l *link) {
+	l.probed(time.Now())
+	s.sendProbe(l, 0)
+}
+
 // sendProbe sends a probe whose sequence field is the data watermark of this link. It
 // takes txMu so that no data packet with a lower sequence number can still be on its way
 // to the socket behind it.
@@ -807,6 +820,9 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 			reply.Train, reply.Arrival = true, clock.Micros32(rxMonotonic(rxStamp))
 		}
 		s.sendControl(l, wire.TypeProbeReply, 0, 0, reply.Append(nil))
+		if !l.offline.Load() && l.probeBack(now, s.cfg.Probe) {
+			s.sendProbe(l, 0)
+		}
 		nanos := clock.Nanos()
 		s.rxMu.Lock()
 		if !s.kernelMayOwn() {

@@ -171,29 +171,36 @@ func (c *CPE) RebindUplink(id int, addr netip.Addr) error {
 			s.schedDue.Store(true) // a fast path must send from the new address
 		}
 	}
-	c.UplinkSourcePresent(id, true)
-	if s := c.session.Load(); s != nil {
-		if l := s.link(u.Spec.ID); l != nil {
-			s.sendProbe(l, 0)
+	c.conns[id].noSource.Store(false)
+	if !c.applyUplinkState(id) { // an address that changed under a working link
+		if s := c.session.Load(); s != nil {
+			if l := s.link(u.Spec.ID); l != nil {
+				s.probeAtOnce(l)
+			}
 		}
 	}
 	return nil
 }
 
-// applyUplinkState brings the session's link in line with its uplink's state.
-func (c *CPE) applyUplinkState(id int) {
+// applyUplinkState brings the session's link in line with its uplink's state, and
+// reports whether that brought it back (and so probed it).
+func (c *CPE) applyUplinkState(id int) (back bool) {
 	if s := c.session.Load(); s != nil {
 		offline, cause := c.conns[id].offline()
-		s.setLinkOffline(c.cfg.Uplinks[id].Spec.ID, offline, cause)
+		return s.setLinkOffline(c.cfg.Uplinks[id].Spec.ID, offline, cause)
 	}
+	return false
 }
 
 // setLinkOffline takes link id down at once (offline), sending the peer a loss notice
-// for what was in flight on it, or lets probes bring it back.
-func (s *Session) setLinkOffline(id uint8, offline bool, cause string) {
+// for what was in flight on it, or brings it back: it is probed at once, and the reply
+// brings it up. Waiting for the tick's next probe cost up to a probe interval, and up
+// to a standby interval (2 s) for a standby link, whose probes a link that is down
+// gets on that scale. It reports whether the link came back.
+func (s *Session) setLinkOffline(id uint8, offline bool, cause string) (back bool) {
 	l := s.link(id)
 	if l == nil || l.offline.Swap(offline) == offline {
-		return
+		return false
 	}
 	if !offline {
 		l.mu.Lock()
@@ -202,7 +209,8 @@ func (s *Session) setLinkOffline(id uint8, offline bool, cause string) {
 		}
 		l.mu.Unlock()
 		l.log.Info("link back: probing it", "cause", "uplink usable again")
-		return
+		s.probeAtOnce(l)
+		return true
 	}
 	l.mu.Lock()
 	was := l.state
@@ -212,10 +220,11 @@ func (s *Session) setLinkOffline(id uint8, offline bool, cause string) {
 	l.mu.Unlock()
 	if !was.inSchedule() {
 		l.log.Info("link offline", "cause", cause, "was", was)
-		return
+		return false
 	}
 	noticed := s.linkDown(l)
 	l.log.Warn("link down", "cause", cause, "loss_notice_seqs", noticed)
+	return false
 }
 
 // local is the address the link's packets leave from.

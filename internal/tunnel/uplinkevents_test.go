@@ -3,6 +3,9 @@ package tunnel
 import (
 	"net/netip"
 	"testing"
+	"time"
+
+	"github.com/aggd/aggd/internal/sched"
 )
 
 // Carrier lost: the link is down at once, before any probe could go unanswered, and
@@ -32,6 +35,27 @@ func TestCarrierLostTakesLinkDownAtOnce(t *testing.T) {
 	n.c.UplinkCarrier(1, true)
 	waitFor(t, "up1 up again after carrier is back", func() bool { return linkUp(n, 1) == 1 })
 	b.up(n, 100)
+}
+
+// A link whose carrier comes back is probed at once, not at the tick's next turn for
+// it. The link here is a backup, and a backup that is down is probed every standby
+// interval, here an hour: only that first probe can bring it up while the test waits.
+func TestCarrierBackProbesTheLinkAtOnce(t *testing.T) {
+	p := newPeer(t, "cpe1", "100.64.0.2")
+	b := newBed(t, p)
+	n := b.startCPEWith(p, 2, deadline, func(c *CPEConfig) {
+		c.Session.StandbyProbe = time.Hour
+		c.Uplinks[1].Spec.Class = sched.ClassBackup
+	})
+	b.waitReady(n)
+	waitFor(t, "the backup up1 up", func() bool { return linkUp(n, 1) == 1 })
+
+	n.c.UplinkCarrier(1, false)
+	if linkUp(n, 1) != 0 {
+		t.Fatal("link up1 still up right after its carrier was lost")
+	}
+	n.c.UplinkCarrier(1, true)
+	waitFor(t, "up1 up again after carrier is back", func() bool { return linkUp(n, 1) == 1 })
 }
 
 // An uplink re-bound to a new address keeps its session: the headend follows the
