@@ -58,8 +58,9 @@
 
 /*
  * LINK_PARAMS body: counter (u64), n (u8), then n entries of 12 bytes: link
- * id (u8), class (u8), MTU (u16, the largest inner packet the link takes, 0
- * unknown), rate (u64, bits/s, 0 unknown).
+ * id (u8), class (u8; AGGD_LINK_PARAM_OFFLINE set above the class while the
+ * CPE's uplink cannot carry traffic), MTU (u16, the largest inner packet the
+ * link takes, 0 unknown), rate (u64, bits/s, 0 unknown).
  * Slow path only; described here so the C side knows every type's layout.
  */
 #define AGGD_LINK_PARAM_LEN 12
@@ -67,6 +68,7 @@
 #define AGGD_LINK_CLASS_OVERFLOW 1
 #define AGGD_LINK_CLASS_BACKUP 2
 #define AGGD_LINK_CLASS_MAX AGGD_LINK_CLASS_BACKUP
+#define AGGD_LINK_PARAM_OFFLINE 0x80
 
 /*
  * REPAIR_REQUEST body: counter (u64), n (u8), then n ranges of 8 bytes: link

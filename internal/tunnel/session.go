@@ -863,6 +863,7 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 			if pl := s.link(p.LinkID); pl != nil {
 				pl.setPeerPrior(float64(p.RateBps), sched.Class(p.Class))
 				pl.m.mtu.Set(float64(p.MTU))
+				s.setLinkOffline(p.LinkID, p.Offline, causePeerOffline)
 			}
 		}
 		s.setLinkIDs(ids)
@@ -941,7 +942,7 @@ func (s *Session) tick(now time.Time) {
 	s.markSilentPeers(links, now)
 	doubt := markDoubt(links, s.peerCopies())
 	for _, l := range links {
-		if l.probeDue(now, s.cfg.Probe, doubt) {
+		if !l.offline.Load() && l.probeDue(now, s.cfg.Probe, doubt) { // offline: the probe goes nowhere
 			s.sendProbe(l, 0)
 		}
 		if l.checkTrain(now) {

@@ -5,9 +5,12 @@ package tunnel
 //
 //   - carrier lost, or the uplink's source address removed: the link is offline. It
 //     goes down at once, without waiting for probes to go unanswered, and the headend
-//     is sent a loss notice for what was in flight on it (lossnotice.go);
-//   - carrier back, source address back: the link is probed again, and the probes'
-//     replies bring it up;
+//     is sent a loss notice for what was in flight on it (lossnotice.go) and told
+//     the link is offline (LINK_PARAMS), so that it takes its side of the link down
+//     too, with its own loss notice, instead of sending into it until its probes and
+//     reports find it dead;
+//   - carrier back, source address back: the link is probed at once, and the
+//     probes' replies bring it up; the headend is told, and probes it at once too;
 //   - a new address on an uplink whose source follows the interface: the uplink's
 //     socket is re-bound to it (same port). The session goes on; the headend follows
 //     the link's new address after the first authenticated packet from it.
@@ -182,15 +185,21 @@ func (c *CPE) RebindUplink(id int, addr netip.Addr) error {
 	return nil
 }
 
-// applyUplinkState brings the session's link in line with its uplink's state, and
-// reports whether that brought it back (and so probed it).
+// applyUplinkState brings the session's link in line with its uplink's state, has the
+// headend told (announceLinks: a change goes at once, on every link), and reports
+// whether that brought the link back (and so probed it).
 func (c *CPE) applyUplinkState(id int) (back bool) {
 	if s := c.session.Load(); s != nil {
 		offline, cause := c.conns[id].offline()
-		return s.setLinkOffline(c.cfg.Uplinks[id].Spec.ID, offline, cause)
+		back = s.setLinkOffline(c.cfg.Uplinks[id].Spec.ID, offline, cause)
 	}
-	return false
+	c.requestAnnouncement()
+	return back
 }
+
+// causePeerOffline is why a headend's link is offline: the CPE's LINK_PARAMS say its
+// uplink cannot carry traffic.
+const causePeerOffline = "the CPE's uplink is offline"
 
 // setLinkOffline takes link id down at once (offline), sending the peer a loss notice
 // for what was in flight on it, or brings it back: it is probed at once, and the reply

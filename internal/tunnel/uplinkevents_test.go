@@ -58,6 +58,36 @@ func TestCarrierBackProbesTheLinkAtOnce(t *testing.T) {
 	waitFor(t, "up1 up again after carrier is back", func() bool { return linkUp(n, 1) == 1 })
 }
 
+// The headend is told when a CPE's uplink goes offline (LINK_PARAMS) and takes its
+// side of the link down at once: its downstream traffic moves off it, though the
+// bed's loopback socket would still carry it and the CPE still answers the headend's
+// probes there (the headend alone would never find it dead). When the uplink is back,
+// the headend's side comes up too, without waiting an hour-long standby interval.
+func TestTheHeadendFollowsACPEsUplinkOffline(t *testing.T) {
+	p := newPeer(t, "cpe1", "100.64.0.2")
+	b := newBedWith(t, func(c *HeadendConfig) { c.Session.StandbyProbe = time.Hour }, p)
+	n := b.startCPEWith(p, 2, deadline, func(c *CPEConfig) {
+		c.Session.StandbyProbe = time.Hour
+		c.Uplinks[1].Spec.Class = sched.ClassOverflow
+	})
+	b.waitReady(n)
+	heLink := b.session("cpe1").link(1)
+	waitFor(t, "up1 up on both sides", func() bool { return linkUp(n, 1) == 1 && heLink.isUp() })
+
+	n.c.UplinkCarrier(1, false)
+	waitFor(t, "the headend's side of up1 down after the CPE's carrier loss", func() bool { return !heLink.isUp() })
+	m := b.mappings(n)[1]
+	_, before := m.data()
+	b.both(n, 200)
+	if _, after := m.data(); after != before {
+		t.Errorf("the headend sent %d data packets on up1 while the CPE's uplink was offline", after-before)
+	}
+
+	n.c.UplinkCarrier(1, true)
+	waitFor(t, "up1 up again on both sides after the carrier is back", func() bool { return linkUp(n, 1) == 1 && heLink.isUp() })
+	b.both(n, 100)
+}
+
 // An uplink re-bound to a new address keeps its session: the headend follows the
 // link's new address, both links carry traffic again, and no handshake is needed.
 func TestRebindUplinkKeepsSession(t *testing.T) {

@@ -290,28 +290,39 @@ const (
 	LinkClassBackup   uint8 = 2 // used only when no primary link is up (then beside overflow links)
 )
 
+// LinkParamOffline is set in a LINK_PARAMS entry's class byte, above the class, while
+// the CPE's uplink cannot carry traffic (its carrier lost, its source address gone).
+const LinkParamOffline uint8 = 0x80
+
 // LinkParam is what the CPE announces about one uplink (12 bytes on the wire: link id,
-// class, MTU, rate): its class, the largest inner packet it takes over the uplink (0
-// when unknown), and its configured downstream rate in bits per second (0 when
-// unknown).
+// class, MTU, rate): its class, whether the uplink is offline (LinkParamOffline in the
+// class byte), the largest inner packet it takes over the uplink (0 when unknown), and
+// its configured downstream rate in bits per second (0 when unknown).
 type LinkParam struct {
 	LinkID, Class uint8
+	Offline       bool
 	MTU           uint16
 	RateBps       uint64
 }
 
 func (p LinkParam) Append(dst []byte) []byte {
-	dst = append(dst, p.LinkID, p.Class)
+	classByte := p.Class
+	if p.Offline {
+		classByte |= LinkParamOffline
+	}
+	dst = append(dst, p.LinkID, classByte)
 	dst = binary.BigEndian.AppendUint16(dst, p.MTU)
 	return binary.BigEndian.AppendUint64(dst, p.RateBps)
 }
 
 // parseLinkParam decodes exactly LinkParamLen bytes (the caller has checked).
 func parseLinkParam(b []byte) (LinkParam, error) {
-	if b[1] > LinkClassBackup {
-		return LinkParam{}, errorf(ReasonBadBody, "link params for link %d have undefined class %d", b[0], b[1])
+	class := b[1] &^ LinkParamOffline
+	if class > LinkClassBackup {
+		return LinkParam{}, errorf(ReasonBadBody, "link params for link %d have undefined class %d", b[0], class)
 	}
-	return LinkParam{LinkID: b[0], Class: b[1], MTU: binary.BigEndian.Uint16(b[2:]), RateBps: binary.BigEndian.Uint64(b[4:])}, nil
+	return LinkParam{LinkID: b[0], Class: class, Offline: b[1]&LinkParamOffline != 0,
+		MTU: binary.BigEndian.Uint16(b[2:]), RateBps: binary.BigEndian.Uint64(b[4:])}, nil
 }
 
 // LinkParamsBody is the body of LINK_PARAMS: the CPE announces each uplink's class and

@@ -113,22 +113,25 @@ func TestLinkParamsLayoutByHand(t *testing.T) {
 		{LinkID: 0, Class: LinkClassPrimary, MTU: 0x0102, RateBps: 0x1112131415161718},
 		{LinkID: 3, Class: LinkClassOverflow, MTU: 1436, RateBps: 50_000_000},
 		{LinkID: 254, Class: LinkClassBackup, RateBps: 0},
+		{LinkID: 7, Class: LinkClassOverflow, Offline: true, MTU: 1424, RateBps: 1},
 	}}
 	want := []byte{
 		1, 2, 3, 4, 5, 6, 7, 8, // counter
-		3,          // n
+		4,          // n
 		0, 0, 1, 2, // link 0, primary, MTU 0x0102
 		0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18,
 		3, 1, 0x05, 0x9c, // link 3, overflow, MTU 1436
 		0, 0, 0, 0, 0x02, 0xfa, 0xf0, 0x80, // 50 Mbit/s
 		254, 2, 0, 0, // link 254, backup, MTU unknown
 		0, 0, 0, 0, 0, 0, 0, 0, // rate unknown
+		7, 0x81, 0x05, 0x90, // link 7, overflow and offline, MTU 1424
+		0, 0, 0, 0, 0, 0, 0, 1,
 	}
 	got := lp.Marshal()
 	if !bytes.Equal(got, want) {
 		t.Fatalf("link params\n got % x\nwant % x", got, want)
 	}
-	if len(got) != listHeaderLen+3*LinkParamLen {
+	if len(got) != listHeaderLen+4*LinkParamLen {
 		t.Fatalf("length %d", len(got))
 	}
 	back, err := ParseLinkParams(got)
@@ -157,7 +160,7 @@ func TestLinkParamsBadLengths(t *testing.T) {
 
 func TestLinkParamsBadClass(t *testing.T) {
 	b := LinkParamsBody{Links: []LinkParam{{LinkID: 1}, {LinkID: 2, Class: LinkClassBackup}}}.Marshal()
-	for _, class := range []byte{3, 4, 0x80, 0xff} {
+	for _, class := range []byte{3, 4, 0x40, 0x83, 0xff} {
 		c := bytes.Clone(b)
 		c[listHeaderLen+LinkParamLen+1] = class // second entry's class
 		if _, err := ParseLinkParams(c); ReasonOf(err) != ReasonBadBody {
@@ -165,10 +168,15 @@ func TestLinkParamsBadClass(t *testing.T) {
 		}
 	}
 	for class := LinkClassPrimary; class <= LinkClassBackup; class++ {
-		c := bytes.Clone(b)
-		c[listHeaderLen+1] = class
-		if got, err := ParseLinkParams(c); err != nil || got.Links[0].Class != class {
-			t.Errorf("class %d: %+v, %v", class, got, err)
+		for _, offline := range []bool{false, true} {
+			c := bytes.Clone(b)
+			c[listHeaderLen+1] = class
+			if offline {
+				c[listHeaderLen+1] |= LinkParamOffline
+			}
+			if got, err := ParseLinkParams(c); err != nil || got.Links[0].Class != class || got.Links[0].Offline != offline {
+				t.Errorf("class %d, offline %v: %+v, %v", class, offline, got, err)
+			}
 		}
 	}
 }

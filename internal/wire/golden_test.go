@@ -207,6 +207,10 @@ func goldenSpecs() []spec {
 		{LinkID: 2, Class: wire.LinkClassBackup, RateBps: 0},
 	}}.Marshal())
 	linkParamsEmpty := sealed(ctrlKey, ctrlHdr(wire.TypeLinkParams), wire.LinkParamsBody{Counter: 13}.Marshal())
+	linkParamsOffline := sealed(ctrlKey, ctrlHdr(wire.TypeLinkParams), wire.LinkParamsBody{Counter: 18, Links: []wire.LinkParam{
+		{LinkID: 0, Class: wire.LinkClassPrimary, Offline: true, MTU: 1436, RateBps: 100_000_000},
+		{LinkID: 2, Class: wire.LinkClassBackup, Offline: true},
+	}}.Marshal())
 
 	linkNames := sealed(ctrlKey, ctrlHdr(wire.TypeLinkNames), wire.LinkNamesBody{Counter: 14, Links: []wire.LinkName{
 		{LinkID: 0, Name: "dsl"}, {LinkID: 1, Name: "cable-1.b_2"}, {LinkID: 2, Name: "lte"},
@@ -243,6 +247,7 @@ func goldenSpecs() []spec {
 		{name: "loss_notice_wrapping_range", key: ctrlKey, pkt: lossNotice},
 		{name: "link_params", key: ctrlKey, pkt: linkParams},
 		{name: "link_params_no_links", key: ctrlKey, pkt: linkParamsEmpty},
+		{name: "link_params_offline", key: ctrlKey, pkt: linkParamsOffline},
 		// Type 8 was bad_type before LINK_PARAMS: a probe's body under type 8 is now a
 		// LINK_PARAMS body of the wrong length.
 		{name: "type_8_is_link_params", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(0, 0x18)), reason: wire.ReasonBadLength},
@@ -311,6 +316,7 @@ func goldenSpecs() []spec {
 		{name: "bad_length_link_params_trailing_byte", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, extend(0)), reason: wire.ReasonBadLength},
 		{name: "bad_length_link_params_count_too_big", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, setByte(wire.HeaderLen+8, 4)), reason: wire.ReasonBadLength},
 		{name: "bad_body_link_params_class_3", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, setByte(wire.HeaderLen+9+12+1, 3)), reason: wire.ReasonBadBody},
+		{name: "bad_body_link_params_offline_class_3", key: ctrlKey, pkt: resealed(ctrlKey, linkParams, setByte(wire.HeaderLen+9+12+1, 0x83)), reason: wire.ReasonBadBody},
 		{name: "bad_length_link_names_trailing_byte", key: ctrlKey, pkt: resealed(ctrlKey, linkNames, extend(0)), reason: wire.ReasonBadLength},
 		{name: "bad_length_link_names_count_too_big", key: ctrlKey, pkt: resealed(ctrlKey, linkNames, setByte(wire.HeaderLen+8, 4)), reason: wire.ReasonBadLength},
 		{name: "bad_length_link_names_name_too_long", key: ctrlKey, pkt: resealed(ctrlKey, linkNames, setByte(firstName-1, 40)), reason: wire.ReasonBadLength},

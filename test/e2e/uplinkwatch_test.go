@@ -83,8 +83,11 @@ func TestCarrierLossTakesUplinkDownAtOnce(t *testing.T) {
 //     resolve the headend's entry on the way, as a real headend's router, whose entry
 //     for the headend stays valid, does not.
 //
-// Either way the kernel asks again only after the interface's retrans time, and the
-// daemon deletes such entries when the carrier comes back. Here that time is 20 s on
+// In each case the CPE tells the headend at once that up3 is offline, and the
+// headend takes its side of the link down (before, in the downstream case, it sent
+// into the dead line until its own probes and the CPE's reports found it dead, and
+// 1.3 % of the flow was lost). Either way the kernel asks again only after the
+// interface's retrans time, and the daemon deletes such entries when the carrier comes back. Here that time is 20 s on
 // both ends of up3, so that an entry left behind keeps up3 out for the rest of the flow.
 // (With the default second, before the daemons deleted them, it cost a second of up3;
 // with the fast path and the route not put back, data vanished while the probes went
@@ -147,6 +150,15 @@ func TestUplinkBackFromAMomentDownCarriesData(t *testing.T) {
 			}
 			if got < 100 {
 				t.Errorf("%s received %.0f packets on up3 after its carrier came back; want it back in use", rxNS, got)
+			}
+			// The headend was told at once (LINK_PARAMS) and took its side down before
+			// its own probes and the CPE's reports could find the link dead.
+			heDowns := logLines(filepath.Join(b.dir, "hub.log"), `msg="link down"`, "link=link2")
+			for _, line := range heDowns {
+				t.Logf("hub: %s", line)
+			}
+			if len(heDowns) != 1 || !strings.Contains(heDowns[0], `cause="the CPE's uplink is offline"`) {
+				t.Errorf("the headend's side of up3 went down %d times; want once, told by the CPE that its uplink is offline", len(heDowns))
 			}
 			if route := n.Run("cpe", "ip", "route", "show", headendIP, "dev", "up3"); !strings.Contains(route, "via 10.98.3.1 proto") {
 				t.Errorf("the route to the headend through up3's configured gateway was not put back:\n%s", route)
