@@ -471,8 +471,9 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 // announceLinks tells the headend each uplink's class and downstream rate prior, so its
 // scheduler starts from the user's numbers rather than a guess, its MTU, so that the
 // headend sends nothing larger, and whether it is offline, so that the headend stops
-// sending on it at once rather than when its own probes and reports find it dead. all: on every link, whatever changed (a new
-// session, an uplink's MTU or tuning that moved).
+// sending on it at once rather than when its own probes and reports find it dead.
+// all: on every link, whatever changed (a new session, an uplink's MTU or tuning that
+// moved).
 func (c *CPE) announceLinks(s *Session, all bool) {
 	links := make([]wire.LinkParam, 0, len(c.cfg.Uplinks))
 	specs := c.uplinkSpecs()

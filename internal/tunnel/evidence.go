@@ -40,12 +40,16 @@ func evidenceLinks(links map[uint8]*link) []uint8 {
 // queue, and the notice after them was lost in 4 runs of 5). The numbers being copied
 // are named after their copies, so that a copy that arrives fills its hole in order.
 func (s *Session) linkDown(l *link) int {
+	// Out of the schedule first. The daemon's scheduler takes the change at its next
+	// packet; the kernel stripes by itself, so its schedule is rewritten now, before
+	// what it sent on l is read (planRescue, lostOn). Left to the tick's refresh, it
+	// went on for up to a probe interval (44 packets of a 10-Mbit/s flow after a
+	// carrier loss in the e2e test), lost with no notice, and owed when the link came
+	// back.
 	if s.fp != nil {
-		// The kernel stripes by itself: it must stop sending on l before what it sent
-		// there is read (lostOn). Left to the tick's refresh, it went on for up to a
-		// probe interval (44 packets of a 10-Mbit/s flow after a carrier loss in the
-		// e2e test), lost with no notice, and owed when the link came back.
 		s.refreshSchedule()
+	} else {
+		s.schedDue.Store(true)
 	}
 	l.noEvidence.Store(true)
 	s.resetEvidence()

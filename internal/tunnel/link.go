@@ -861,7 +861,11 @@ const busyProbeEvery = 4
 // new data too, and only their probe replies tell a dead link from a silent peer
 // (markSilentPeers; with probes every fourth interval, the lab's failover once waited
 // for the full down time).
+// An offline link is never due: the probe would go nowhere.
 func (l *link) probeDue(now time.Time, interval time.Duration, doubt bool) bool {
+	if l.offline.Load() {
+		return false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	every := l.unitLocked(interval)
@@ -893,8 +897,12 @@ func (l *link) probed(now time.Time) {
 // is back, the path healed); the tick would probe a link that is down only at its next
 // turn, and a standby link that is down only every standby interval (2 s), so that
 // the link came up on one side seconds before the other. At most one per interval, so
-// two sides that hear each other's probes but not their replies do not echo forever.
+// two sides that hear each other's probes but not their replies do not echo forever;
+// none on an offline link.
 func (l *link) probeBack(now time.Time, interval time.Duration) bool {
+	if l.offline.Load() {
+		return false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state.inSchedule() || now.Sub(l.lastProbe) < interval {

@@ -200,11 +200,10 @@ func (n pendingNotice) due(ticks uint64, now int64, half time.Duration) bool {
 	return ticks-n.tick >= 2 || now-n.sent >= int64(half)
 }
 
-// lostOn takes link l, just gone down, out of the schedule and returns the global
-// sequence numbers sent on it that will never arrive: those after the peer's last
-// report, copies left out. They are taken: a second call names none of them again.
+// lostOn returns the global sequence numbers sent on link l, just gone down (and out of
+// the schedule: linkDown), that will never arrive: those after the peer's last report,
+// copies left out. They are taken: a second call names none of them again.
 func (s *Session) lostOn(l *link) []uint32 {
-	s.schedDue.Store(true) // the scheduler takes l out at once
 	s.txMu.Lock()
 	acked, logged := l.sent.acked.Load(), l.sent.n
 	_, last := s.watermark(l)

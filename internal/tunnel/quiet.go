@@ -255,7 +255,7 @@ func (q *quietWatch) reset(sentNow uint64) {
 // down, or sent in the moment before the kernel took it out of its schedule, and never
 // arrives.
 func (q *quietWatch) returning(sentNow uint64, linkSeq uint32) {
-	q.reset(max(q.confirmed, sentNow))
+	q.reset(sentNow)
 	q.writtenOff, q.writeOff = linkSeq, true
 }
 

@@ -820,7 +820,7 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 			reply.Train, reply.Arrival = true, clock.Micros32(rxMonotonic(rxStamp))
 		}
 		s.sendControl(l, wire.TypeProbeReply, 0, 0, reply.Append(nil))
-		if !l.offline.Load() && l.probeBack(now, s.cfg.Probe) {
+		if l.probeBack(now, s.cfg.Probe) {
 			s.sendProbe(l, 0)
 		}
 		nanos := clock.Nanos()
@@ -942,7 +942,7 @@ func (s *Session) tick(now time.Time) {
 	s.markSilentPeers(links, now)
 	doubt := markDoubt(links, s.peerCopies())
 	for _, l := range links {
-		if !l.offline.Load() && l.probeDue(now, s.cfg.Probe, doubt) { // offline: the probe goes nowhere
+		if l.probeDue(now, s.cfg.Probe, doubt) {
 			s.sendProbe(l, 0)
 		}
 		if l.checkTrain(now) {
