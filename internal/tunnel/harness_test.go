@@ -488,6 +488,12 @@ func (m *mapping) data() (up, down int) {
 
 var discard = slog.New(slog.DiscardHandler)
 
+// quietLink gives a link made outside a session (addLink) a logger that discards.
+func quietLink(l *link) *link {
+	l.logged.Store(discard)
+	return l
+}
+
 // failureLog is the log of a bed's daemons, kept only when AGGD_TEST_LOG is set (to
 // debug or info): in memory, and written to a file if the test fails, so a rare failure
 // of a looped test (go test -count=1000 -failfast) comes with the daemons' own account

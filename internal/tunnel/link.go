@@ -34,7 +34,10 @@ type LinkSpec struct {
 // feedback, and the health state derived from probes.
 type link struct {
 	spec LinkSpec
-	log  *slog.Logger
+	// logged is the link's logger: link=<our name>, and on the headend also
+	// name=<the CPE's name for it> once the CPE has named it (linknames.go). Read it
+	// with logger(): the name arrives while other goroutines log.
+	logged atomic.Pointer[slog.Logger]
 
 	// send writes one finished datagram onto this path. It gets the link itself so
 	// that it can read the link's current remote address (headend).
@@ -326,6 +329,9 @@ func (s linkState) String() string {
 
 // inSchedule reports whether the scheduler may send on a link in this state.
 func (s linkState) inSchedule() bool { return s == stateUp || s == stateSuspect }
+
+// logger returns the link's logger as it is now (the peer may name the link at any time).
+func (l *link) logger() *slog.Logger { return l.logged.Load() }
 
 // onReply records a probe reply: the link is alive and we have an RTT sample. It
 // returns the state the link was in (up, for no change, while the peer's reports keep a
@@ -627,7 +633,7 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 		cutoff := quietCutoff(now, time.Duration(l.rttNs), l.est.Rate())
 		delivered := now.Add(-time.Duration(l.rttNs))
 		if owed := l.quiet.onReport(cutoff, delivered, now.Sub(l.prevAt), progress, othersDelivered, r.HighestLinkSeq); owed > 0 {
-			l.log.Debug("quiet report: no data arrived that was sent an RTT before", "owed_packets", owed,
+			l.logger().Debug("quiet report: no data arrived that was sent an RTT before", "owed_packets", owed,
 				"quiet_reports", l.quiet.reports, "cutoff_ago", now.Sub(cutoff), "since_delivered", now.Sub(l.lastDelivered))
 		}
 	}
@@ -725,13 +731,13 @@ func (l *link) estimate(smp estimate.Sample) {
 	defer l.mu.Unlock()
 	l.est.Update(smp)
 	c := l.est.Capacity()
-	l.log.Debug("estimate", "interval", smp.Interval, "delivered_mbit_s", round2(float64(smp.Delivered)*8/smp.Interval.Seconds()/1e6),
+	l.logger().Debug("estimate", "interval", smp.Interval, "delivered_mbit_s", round2(float64(smp.Delivered)*8/smp.Interval.Seconds()/1e6),
 		"sent_mbit_s", round2(float64(smp.Sent)*8/smp.Interval.Seconds()/1e6), "packets", smp.Packets, "lost", smp.Lost, "queue", smp.Queue, "have_queue", smp.HaveQueue,
 		"least_queue", smp.LeastQueue, "most_queue", smp.MostQueue, "jitter", smp.Jitter, "stalled", smp.Stalled, "phase", l.est.Phase(), "rate_mbit_s", round2(l.est.Rate()/1e6), "capacity_mbit_s", round2(c/1e6))
 	l.m.capacity.Set(c)
 	l.m.queue.Set(l.est.Queue().Seconds())
 	if c > 0 && (l.loggedCap == 0 || c > 1.25*l.loggedCap || c < 0.75*l.loggedCap) {
-		l.log.Info("link capacity estimate", "mbit_s", round2(c/1e6), "was_mbit_s", round2(l.loggedCap/1e6),
+		l.logger().Info("link capacity estimate", "mbit_s", round2(c/1e6), "was_mbit_s", round2(l.loggedCap/1e6),
 			"queue", l.est.Queue().Round(time.Millisecond), "phase", l.est.Phase())
 		l.loggedCap = c
 	}
@@ -749,7 +755,7 @@ func (l *link) unsampled(smp estimate.Sample) {
 	was := l.est.Rate()
 	l.est.Unsampled(smp)
 	if l.est.Rate() != was {
-		l.log.Debug("unmeasured link grows while the bond wants more", "rate_mbit_s", round2(l.est.Rate()/1e6),
+		l.logger().Debug("unmeasured link grows while the bond wants more", "rate_mbit_s", round2(l.est.Rate()/1e6),
 			"was_mbit_s", round2(was/1e6), "queue", smp.Queue, "have_queue", smp.HaveQueue,
 			"least_queue", smp.LeastQueue, "most_queue", smp.MostQueue, "bond_loaded", smp.BondLoaded)
 	}
@@ -788,7 +794,7 @@ func (l *link) setPeerPrior(rate float64, class sched.Class) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.peerAnnounced && (rate != l.peerPrior || class != l.spec.Class) {
-		l.log.Info("peer changed the link's class or rate prior", "class", class, "was_class", l.spec.Class,
+		l.logger().Info("peer changed the link's class or rate prior", "class", class, "was_class", l.spec.Class,
 			"prior_mbit_s", rate/1e6, "was_prior_mbit_s", l.peerPrior/1e6)
 	}
 	renewed := l.peerAnnounced && rate != l.peerPrior

@@ -13,6 +13,7 @@ import (
 // the headend link<id> until the CPE has named it), so that `aggd status` and a
 // dashboard can show the CPE's names next to the headend's figures. The link label of
 // the other metrics stays as it was: renaming it would break every series mid-session.
+// The headend's log lines about a named link carry both, link=link1 name=cable.
 
 // peerLinkNames holds what the peer called its links, also for links not created yet
 // (a LINK_NAMES can arrive before a link's first packet).
@@ -59,7 +60,11 @@ func (s *Session) showLinkName(l *link) {
 	n.shown[l.spec.ID] = name
 	s.m.LinkInfo.WithLabelValues(s.cfg.Peer, l.spec.Name, name).Set(1)
 	if name != l.spec.Name {
-		l.log.Info("link named by the peer", "name", name)
+		// Every later line about the link carries the name too: an operator reading
+		// "link down link=link1" should not have to look up which uplink that is.
+		// link= stays the metrics' label.
+		l.logged.Store(s.log.With("link", l.spec.Name, "name", name))
+		l.logger().Info("link named by the peer")
 	}
 }
 

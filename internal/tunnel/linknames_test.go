@@ -1,12 +1,16 @@
 package tunnel
 
 import (
+	"bytes"
+	"log/slog"
 	"slices"
-
-	"github.com/prometheus/client_golang/prometheus"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/wire"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The headend learns what the CPE calls its uplinks: each of its links gets one info
@@ -23,6 +27,34 @@ func TestHeadendLearnsTheCPEsLinkNames(t *testing.T) {
 	})
 	if got, want := linkInfo(t, n.m.Registry), []string{"headend/up0=up0", "headend/up1=up1", "headend/up2=up2"}; !slices.Equal(got, want) {
 		t.Errorf("CPE link_info %v, want %v", got, want)
+	}
+}
+
+// Once the CPE has named a link, the headend's log lines about it carry the name
+// beside the link's own (the metrics' label), so that "link down" says which uplink.
+func TestHeadendLogsNameTheCPEsLinks(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, nil))
+	cfg := testSession()
+	cfg.Peer = "cpe1"
+	s := newSession(cfg, metrics.New(), log, 1, func([]byte) {})
+	t.Cleanup(s.close)
+	s.addLink(LinkSpec{ID: 1, Name: "link1"}, func(*link, []byte) error { return nil })
+
+	s.setLinkOffline(1, true, "the CPE's uplink is offline")
+	before := buf.String()
+	s.onLinkNames(wire.LinkNamesBody{Links: []wire.LinkName{{LinkID: 1, Name: "cable"}}})
+	s.setLinkOffline(1, false, "")
+	after := buf.String()[len(before):]
+
+	if !strings.Contains(before, `msg="link offline"`) || strings.Contains(before, "name=") {
+		t.Errorf("before the CPE named it, want a line without name=; log:\n%s", before)
+	}
+	for _, want := range []string{`msg="link named by the peer" peer=cpe1 session=1 link=link1 name=cable`,
+		`msg="link back: probing it" peer=cpe1 session=1 link=link1 name=cable`} {
+		if !strings.Contains(after, want) {
+			t.Errorf("after the CPE named it, want %q; log:\n%s", want, after)
+		}
 	}
 }
 

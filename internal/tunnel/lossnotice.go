@@ -218,9 +218,9 @@ func (s *Session) lostOn(l *link) []uint32 {
 		sent = mergeSent(sent, k, acked)
 	}
 	seqs := seqsOf(sent)
-	l.log.Debug("loss notice", "peer_acked_link_seq", acked, "last_link_seq", last, "logged_ever", logged, "named", len(seqs), "from_kernel", kernel)
+	l.logger().Debug("loss notice", "peer_acked_link_seq", acked, "last_link_seq", last, "logged_ever", logged, "named", len(seqs), "from_kernel", kernel)
 	if incomplete {
-		l.log.Warn("loss notice incomplete: more packets were in flight on the link than the sender logs; the peer's hold timer resolves the rest",
+		l.logger().Warn("loss notice incomplete: more packets were in flight on the link than the sender logs; the peer's hold timer resolves the rest",
 			"logged", sentLogSize)
 	}
 	return seqs

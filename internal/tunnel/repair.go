@@ -162,7 +162,7 @@ func (s *Session) awaitRepair(l *link, gap rxGap, nanos int64) bool {
 		return false
 	}
 	repair := gap.lost <= maxRepairGap && !gap.tailDrop(s.queueCeiling()) && l.rx.spendRepair(gap.lost)
-	l.log.Debug("packets lost", "count", gap.lost, "queued_ms", float64(gap.queued)/1e3,
+	l.logger().Debug("packets lost", "count", gap.lost, "queued_ms", float64(gap.queued)/1e3,
 		"queue_peak_ms", float64(gap.peak)/1e3, "repair", repair)
 	if repair {
 		s.reseq.AwaitRepair(l.spec.ID, nanos+wait)

@@ -213,7 +213,7 @@ func (s *Session) sendRescue(p rescuePlan) (copied int) {
 	s.txMu.Unlock()
 	if copied > 0 {
 		s.pm.rescued.Add(float64(copied))
-		p.from.log.Debug("copied packets in flight", "to", p.to[0].spec.Name, "links", len(p.to), "copied", copied,
+		p.from.logger().Debug("copied packets in flight", "to", p.to[0].spec.Name, "links", len(p.to), "copied", copied,
 			"logged", p.logged, "covered", p.covered)
 	}
 	return copied

@@ -231,7 +231,7 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 	}
 	lbl := []string{s.cfg.Peer, spec.Name}
 	l := &link{
-		spec: spec, send: send, log: s.log.With("link", spec.Name),
+		spec: spec, send: send,
 		m: linkMetrics{
 			txBytes: s.m.LinkTxBytes.WithLabelValues(lbl...), txPackets: s.m.LinkTxPackets.WithLabelValues(lbl...),
 			rxBytes: s.m.LinkRxBytes.WithLabelValues(lbl...), rxPackets: s.m.LinkRxPackets.WithLabelValues(lbl...),
@@ -250,6 +250,7 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 	for c := range numCauses {
 		l.m.suspicions[c] = s.m.LinkSuspicions.WithLabelValues(s.cfg.Peer, spec.Name, c.label())
 	}
+	l.logged.Store(s.log.With("link", spec.Name))
 	l.rx.repairs = s.asksRepairs()
 	if s.fp != nil {
 		l.peekLinkSeq = func() uint32 { return s.fp.PeekLinkSeq(spec.ID) }
@@ -652,7 +653,7 @@ func (s *Session) sendControlStamped(l *link, t wire.Type, seq, linkSeq uint32, 
 	copy(pkt[wire.HeaderLen:], body)
 	auth.Seal(k.send, pkt)
 	if err := l.send(l, pkt); err != nil {
-		l.log.Debug("control send failed", "type", t, "err", err)
+		l.logger().Debug("control send failed", "type", t, "err", err)
 		return
 	}
 	onWire := float64(len(pkt) + 28) // outer IPv4 + UDP
@@ -794,7 +795,7 @@ func (s *Session) follow(l *link, from netip.AddrPort) {
 	}
 	l.remote.Store(&from)
 	if old != nil {
-		l.log.Info("peer address changed", "from", *old, "to", from)
+		l.logger().Info("peer address changed", "from", *old, "to", from)
 	} else {
 		// A link first heard from (the headend learns the CPE's links so): probe it
 		// now, not at the next tick, so that it is in the schedule an RTT later. Until
@@ -840,11 +841,11 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 		}
 		switch was := l.onReply(now, rtt); was {
 		case stateProbing, stateDown:
-			l.log.Info("link up", "was", was, "rtt", rtt)
+			l.logger().Info("link up", "was", was, "rtt", rtt)
 			s.schedDue.Store(true)
 			go s.sendTrain(l, shortTrain) // not on the receive path: it sends datagrams
 		case stateSuspect:
-			l.log.Info("link recovered: probe replies are back", "rtt", rtt)
+			l.logger().Info("link recovered: probe replies are back", "rtt", rtt)
 			s.schedDue.Store(true)
 		}
 	case wire.FeedbackBody:
@@ -1097,12 +1098,12 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 	}
 	switch state {
 	case stateUp:
-		l.log.Info("link no longer suspect: the peer reports our data arriving on it")
+		l.logger().Info("link no longer suspect: the peer reports our data arriving on it")
 	case stateSuspect:
 		s.announceSuspect(l, cause)
 	case stateDown:
 		noticed := s.linkDown(l)
-		l.log.Warn("link down", "cause", cause.String(), "down_after", s.cfg.DownAfter, "loss_notice_seqs", noticed)
+		l.logger().Warn("link down", "cause", cause.String(), "down_after", s.cfg.DownAfter, "loss_notice_seqs", noticed)
 	}
 	s.schedDue.Store(true)
 }
@@ -1111,7 +1112,7 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 // get copies (rescue), and the log says why.
 func (s *Session) announceSuspect(l *link, cause healthCause) {
 	l.m.suspicions[cause].Inc()
-	l.log.Warn("link suspect: copying its traffic to another link", "cause", cause.String(),
+	l.logger().Warn("link suspect: copying its traffic to another link", "cause", cause.String(),
 		"copied_in_flight", s.rescue(l))
 }
 

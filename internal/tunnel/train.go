@@ -141,7 +141,7 @@ func (l *link) retrainDue(now time.Time) bool {
 	if now.Sub(w.since) < retrainFirst || now.Sub(w.last) < w.wait {
 		return false
 	}
-	l.log.Info("link capacity estimate far below its probe train's; measuring it again",
+	l.logger().Info("link capacity estimate far below its probe train's; measuring it again",
 		"mbit_s", round2(l.est.Capacity()/1e6), "train_mbit_s", round2(w.ref/1e6), "collapsed_for", now.Sub(w.since))
 	w.last, w.wait, w.active = now, min(2*max(w.wait, retrainFirst), retrainMax), true
 	l.train = nil
@@ -424,8 +424,8 @@ func (l *link) settleTrain() (longer bool) {
 	if r == trainTooShort && t.probes == shortTrain {
 		return true
 	}
-	if l.log.Enabled(context.Background(), slog.LevelDebug) {
-		l.log.Debug("probe train", "probes", t.probes, "pace", t.pace, "spacings_us", t.spacings(), "result", r)
+	if l.logger().Enabled(context.Background(), slog.LevelDebug) {
+		l.logger().Debug("probe train", "probes", t.probes, "pace", t.pace, "spacings_us", t.spacings(), "result", r)
 	}
 	if r == trainMeasured {
 		t.measured = bps
@@ -437,11 +437,11 @@ func (l *link) settleTrain() (longer bool) {
 	l.retrain.active = false
 	if r != trainMeasured {
 		if t.fallback == 0 {
-			l.log.Info("probe train measured nothing; the link's rate is found by its traffic",
+			l.logger().Info("probe train measured nothing; the link's rate is found by its traffic",
 				"why", r, "probes", t.probes, "replies", len(t.arrivals))
 			return false
 		}
-		l.log.Info("long probe train measured nothing; the short one's measure stands", "why", r,
+		l.logger().Info("long probe train measured nothing; the short one's measure stands", "why", r,
 			"replies", len(t.arrivals))
 		bps = t.fallback
 	}
@@ -452,13 +452,13 @@ func (l *link) settleTrain() (longer bool) {
 		if taken {
 			l.publishCapacity()
 		}
-		l.log.Info("link capacity measured again by a probe train", "mbit_s", round2(bps/1e6),
+		l.logger().Info("link capacity measured again by a probe train", "mbit_s", round2(bps/1e6),
 			"estimate_mbit_s", round2(was/1e6), "taken", taken, "probes", t.probes)
 		return false
 	}
 	l.est.Train(bps)
 	l.publishCapacity()
-	l.log.Info("link capacity measured by a probe train", "mbit_s", round2(bps/1e6),
+	l.logger().Info("link capacity measured by a probe train", "mbit_s", round2(bps/1e6),
 		"probes", t.probes, "replies", len(t.arrivals))
 	return false
 }

@@ -158,7 +158,7 @@ func TestTrainCapacity(t *testing.T) {
 	if got, r := tr.capacity(); r != trainTooShort {
 		t.Errorf("a 1.3-ms train: %.0f bit/s (%s), want %s", got, r, trainTooShort)
 	}
-	l := &link{train: tr, log: discard}
+	l := quietLink(&link{train: tr})
 	if !l.settleTrain() {
 		t.Error("a short train too fast to time asks for no long one")
 	}
@@ -277,7 +277,7 @@ func TestTrainWaitsForItsPace(t *testing.T) {
 // A short train whose spacings came out irregular goes out again, a little later, a
 // bounded number of times, and only while the link's capacity is still unknown.
 func TestIrregularTrainIsRetried(t *testing.T) {
-	l := &link{log: discard, est: estimate.New(estimate.Config{})}
+	l := quietLink(&link{est: estimate.New(estimate.Config{})})
 	sent := time.Now()
 	irregular := func() {
 		l.train = &train{outer: 28, probes: shortTrain, sent: sent, pace: 20 * time.Microsecond, sendDone: true, arrivals: clumpsOfThree()}
@@ -322,7 +322,7 @@ func TestIrregularTrainIsRetried(t *testing.T) {
 // idle links and probe trickles do not count, and nothing carried is not loaded.
 func TestBondLoaded(t *testing.T) {
 	mk := func(rate float64) *link {
-		l := &link{log: discard, est: estimate.New(estimate.Config{Prior: rate})}
+		l := quietLink(&link{est: estimate.New(estimate.Config{Prior: rate})})
 		return l
 	}
 	busy, trickle, idle := mk(30e6), mk(60e6), mk(10e6)

@@ -217,7 +217,7 @@ func (s *Session) setLinkOffline(id uint8, offline bool, cause string) (back boo
 			l.setState(stateProbing)
 		}
 		l.mu.Unlock()
-		l.log.Info("link back: probing it", "cause", "uplink usable again")
+		l.logger().Info("link back: probing it", "cause", "uplink usable again")
 		s.probeAtOnce(l)
 		return true
 	}
@@ -228,11 +228,11 @@ func (s *Session) setLinkOffline(id uint8, offline bool, cause string) (back boo
 	}
 	l.mu.Unlock()
 	if !was.inSchedule() {
-		l.log.Info("link offline", "cause", cause, "was", was)
+		l.logger().Info("link offline", "cause", cause, "was", was)
 		return false
 	}
 	noticed := s.linkDown(l)
-	l.log.Warn("link down", "cause", cause, "loss_notice_seqs", noticed)
+	l.logger().Warn("link down", "cause", cause, "loss_notice_seqs", noticed)
 	return false
 }
 
