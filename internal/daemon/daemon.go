@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/aggd/aggd/internal/config"
 	"github.com/aggd/aggd/internal/handshake"
@@ -209,6 +210,9 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	session := sessionConfig("", cfg.Reorder, cfg.Probe, cfg.AQM)
 	mtus := newPeerMTUs(log, dev.Name(), mtu, peers)
 	session.PeerMTU = mtus.announced
+	// The interface watch starts before the headend exists; it tells the headend of a
+	// carrier change once there is one (before, no session has a link to take down).
+	var running atomic.Pointer[tunnel.Headend]
 	if cfg.BPF.Enabled && !opts.NoBPF {
 		ifaces := headendInterfaces(cfg, dev.Name())
 		if len(cfg.BPF.Interfaces) == 0 {
@@ -230,7 +234,12 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 			watchNewInterfaces(wctx, log, sh, func() []string { return headendInterfaces(cfg, dev.Name()) },
 				func(name string) { interfaceCreated(log, sh, fp, name) },
 				func(name string) { interfaceDeleted(sh, fp, name) },
-				func(name string, up bool) { interfaceCarrier(log, fp, name, up) })
+				func(name string, index int, up bool) {
+					interfaceCarrier(log, fp, name, up)
+					if he := running.Load(); he != nil {
+						he.InterfaceCarrier(index, up)
+					}
+				})
 		} else {
 			dropUnwantedAttachments(log, host.keep, nil, nil)
 		}
@@ -241,6 +250,7 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	if err != nil {
 		return err
 	}
+	running.Store(he)
 	log.Info("headend running", "tunnel", dev.Name(), "mtu", mtu, "listen", cfg.Listen, "peers", len(peers))
 	reloads := make(chan struct{})
 	go func() { defer close(reloads); reloadPeersOnRequest(ctx, log, opts, cfg, he, mtus) }()

@@ -228,11 +228,11 @@ func headendInterfaces(cfg *config.Headend, tunName string) []string {
 // it arrives: created is called for each interface wanted lists (headendInterfaces, at
 // the time) that is up and not attached to under its current index (one that came up
 // after the start, or came back as a new interface of an old name), deleted for each
-// attached one that goes away, and carrier when an attached one loses its carrier (up
-// false) or has it again. The CPE follows its uplinks through netwatch instead
+// attached one that goes away, and carrier when an attached one (name, index) loses its
+// carrier (up false) or has it again. The CPE follows its uplinks through netwatch instead
 // (uplinkWatch).
 func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, wanted func() []string, created, deleted func(name string),
-	carrier func(name string, up bool)) {
+	carrier func(name string, index int, up bool)) {
 	go func() {
 		for ctx.Err() == nil {
 			// Each subscription lists the existing interfaces first: what came up
@@ -263,7 +263,7 @@ func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, wante
 // looks at what wanted lists now: without bpf.interfaces that follows the default
 // routes, which can appear or move (DHCP, a second line) with no link update at all.
 func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func() []string, created, deleted func(string),
-	carrier func(string, bool)) {
+	carrier func(string, int, bool)) {
 	tried := make(map[string]int)    // the index created was last called for, by name: once per interface
 	running := make(map[string]bool) // the attached interfaces' carrier as last seen, by name
 	// unattached: the interface is up and neither attached to nor tried under its index.
@@ -298,7 +298,7 @@ func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func
 			if at, ok := sh.attached()[a.Name]; ok && at == a.Index {
 				up := a.Flags&net.FlagUp != 0 && a.RawFlags&unix.IFF_LOWER_UP != 0
 				if was, seen := running[a.Name]; seen && was != up {
-					carrier(a.Name, up)
+					carrier(a.Name, a.Index, up)
 				}
 				running[a.Name] = up
 			}

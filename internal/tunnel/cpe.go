@@ -460,7 +460,7 @@ func (c *CPE) newSession(peerIndex uint32) *Session {
 		})
 		l.remote.Store(&ep)
 		if offline, cause := conn.offline(); offline {
-			s.setLinkOffline(spec.ID, true, cause)
+			s.setLinkOffline(spec.ID, offlineUplink, true, cause)
 		}
 		ids = append(ids, spec.ID)
 	}

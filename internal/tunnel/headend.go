@@ -122,13 +122,7 @@ func (h *Headend) Run(ctx context.Context) error {
 		case now := <-ticker.C:
 			lag.observe(time.Now())
 			h.hsLog.tick(now)
-			h.mu.RLock()
-			sessions := make([]*Session, 0, len(h.byPeer))
-			for _, s := range h.byPeer {
-				sessions = append(sessions, s)
-			}
-			h.mu.RUnlock()
-			for _, s := range sessions {
+			for _, s := range h.currentSessions() {
 				s.tick(now)
 			}
 		}
@@ -344,6 +338,18 @@ func (h *Headend) addPeerLink(s *Session, id uint8) *link {
 		return err
 	})
 }
+
+// InterfaceCarrier tells the headend that its interface ifindex lost its carrier (up
+// false) or has it again: every session takes the links whose packets arrive there
+// offline, or brings them back (Session.interfaceCarrier).
+func (h *Headend) InterfaceCarrier(ifindex int, up bool) {
+	for _, s := range h.currentSessions() {
+		s.interfaceCarrier(ifindex, up)
+	}
+}
+
+// currentSessions returns each peer's current session.
+func (h *Headend) currentSessions() []*Session { return valuesUnder(&h.mu, h.byPeer) }
 
 func (h *Headend) deliver(pkt []byte) {
 	if _, err := h.tun.Write(pkt); err != nil {

@@ -97,12 +97,14 @@ func (s *Session) kernelMayCarry() bool {
 
 // noteArrival records the interface a packet of link l arrived on (0: the kernel did
 // not say), and looks again at the receive side if it changed. Per packet: it only
-// reads unless the interface changed.
+// reads unless the interface changed. A link taken offline because the interface its
+// packets arrived on lost its carrier is back once they arrive on another one.
 func (s *Session) noteArrival(l *link, ifindex int) {
-	if s.fp == nil || ifindex == 0 || l.rxIfindex.Load() == int32(ifindex) {
+	if ifindex == 0 || l.rxIfindex.Load() == int32(ifindex) {
 		return
 	}
 	l.rxIfindex.Store(int32(ifindex))
+	s.setLinkOffline(l.spec.ID, offlineOurInterface, false, "")
 	s.checkReceive()
 }
 

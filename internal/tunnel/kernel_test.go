@@ -103,7 +103,7 @@ func TestALinkGoingDownLeavesTheKernelsScheduleAtOnce(t *testing.T) {
 	if sp.programmed == nil || len(sp.programmed.Links) != 1 || !sp.programmed.Links[0].Usable {
 		t.Fatalf("the kernel was given %+v, want link 3 usable", sp.programmed)
 	}
-	s.setLinkOffline(3, true, "carrier lost")
+	s.setLinkOffline(3, offlineUplink, true, "carrier lost")
 	if sp.programmed.Links[0].Usable {
 		t.Error("link 3 is still usable in the kernel's schedule after it went down")
 	}

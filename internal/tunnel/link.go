@@ -115,8 +115,9 @@ type link struct {
 	remote atomic.Pointer[netip.AddrPort]
 
 	// sent maps recent link sequence numbers to global ones, for loss notices when the
-	// link goes down (lossnotice.go). offline: the CPE's uplink has lost carrier or its
-	// source address, so the link stays down whatever stray probe replies say; rebound:
+	// link goes down (lossnotice.go). offline: why the link cannot carry traffic now
+	// (offlineReason bits; none: it can), so that it stays down whatever stray probe
+	// replies say; rebound:
 	// the address the uplink's socket was re-bound to when its address changed
 	// (uplinkevents.go).
 	sent sentLog
@@ -125,7 +126,7 @@ type link struct {
 	// a number kept while 2^31 packets went by would look ahead of the newest, and the
 	// next rescue would find nothing in flight. Guarded by the session's txMu.
 	rescuedThrough uint64
-	offline        atomic.Bool
+	offline        atomic.Uint32
 	rebound        atomic.Pointer[netip.AddrPort]
 	// noEvidence: found down and nothing heard on it since, so the resequencer does
 	// not wait for its FIFO evidence (evidence.go).
@@ -869,7 +870,7 @@ const busyProbeEvery = 4
 // for the full down time).
 // An offline link is never due: the probe would go nowhere.
 func (l *link) probeDue(now time.Time, interval time.Duration, doubt bool) bool {
-	if l.offline.Load() {
+	if l.isOffline() {
 		return false
 	}
 	l.mu.Lock()
@@ -906,7 +907,7 @@ func (l *link) probed(now time.Time) {
 // two sides that hear each other's probes but not their replies do not echo forever;
 // none on an offline link.
 func (l *link) probeBack(now time.Time, interval time.Duration) bool {
-	if l.offline.Load() {
+	if l.isOffline() {
 		return false
 	}
 	l.mu.Lock()

@@ -41,10 +41,10 @@ func TestHeadendLogsNameTheCPEsLinks(t *testing.T) {
 	t.Cleanup(s.close)
 	s.addLink(LinkSpec{ID: 1, Name: "link1"}, func(*link, []byte) error { return nil })
 
-	s.setLinkOffline(1, true, "the CPE's uplink is offline")
+	s.setLinkOffline(1, offlineUplink, true, causePeerOffline)
 	before := buf.String()
 	s.onLinkNames(wire.LinkNamesBody{Links: []wire.LinkName{{LinkID: 1, Name: "cable"}}})
-	s.setLinkOffline(1, false, "")
+	s.setLinkOffline(1, offlineUplink, false, causePeerOffline)
 	after := buf.String()[len(before):]
 
 	if !strings.Contains(before, `msg="link offline"`) || strings.Contains(before, "name=") {

@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -275,14 +276,14 @@ func (s *Session) link(id uint8) *link {
 	return s.links[id]
 }
 
-func (s *Session) allLinks() []*link {
-	s.linksMu.RLock()
-	defer s.linksMu.RUnlock()
-	out := make([]*link, 0, len(s.links))
-	for _, l := range s.links {
-		out = append(out, l)
-	}
-	return out
+func (s *Session) allLinks() []*link { return valuesUnder(&s.linksMu, s.links) }
+
+// valuesUnder returns a copy of m's values, read under mu: a list to act on after
+// letting go of the lock.
+func valuesUnder[K comparable, V any](mu *sync.RWMutex, m map[K]V) []V {
+	mu.RLock()
+	defer mu.RUnlock()
+	return slices.Collect(maps.Values(m))
 }
 
 // SendData stripes one inner packet. buf holds wire.HeaderLen bytes of headroom followed
@@ -832,7 +833,7 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 		s.armHoldTimer(nanos)
 		s.rxMu.Unlock()
 	case wire.ProbeReplyBody:
-		if l.offline.Load() {
+		if l.isOffline() {
 			break // a reply that was on its way when the uplink went offline
 		}
 		rtt := time.Duration(clock.Micros32(clock.Nanos())-body.EchoTimestamp) * time.Microsecond
@@ -864,7 +865,7 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 			if pl := s.link(p.LinkID); pl != nil {
 				pl.setPeerPrior(float64(p.RateBps), sched.Class(p.Class))
 				pl.m.mtu.Set(float64(p.MTU))
-				s.setLinkOffline(p.LinkID, p.Offline, causePeerOffline)
+				s.setLinkOffline(p.LinkID, offlineUplink, p.Offline, causePeerOffline)
 			}
 		}
 		s.setLinkIDs(ids)

@@ -191,7 +191,7 @@ func (c *CPE) RebindUplink(id int, addr netip.Addr) error {
 func (c *CPE) applyUplinkState(id int) (back bool) {
 	if s := c.session.Load(); s != nil {
 		offline, cause := c.conns[id].offline()
-		back = s.setLinkOffline(c.cfg.Uplinks[id].Spec.ID, offline, cause)
+		back = s.setLinkOffline(c.cfg.Uplinks[id].Spec.ID, offlineUplink, offline, cause)
 	}
 	c.requestAnnouncement()
 	return back
@@ -201,14 +201,58 @@ func (c *CPE) applyUplinkState(id int) (back bool) {
 // uplink cannot carry traffic.
 const causePeerOffline = "the CPE's uplink is offline"
 
+// offlineReason is one reason a link cannot carry traffic now. A link is offline while
+// it has any: on a headend whose own interface and the CPE's uplink both lost their
+// carrier (one cable between them), the interface's return must not bring the link
+// back while the CPE still says its uplink is offline.
+type offlineReason uint32
+
+const (
+	// offlineUplink: the CPE's uplink lost its carrier or its address (on the headend:
+	// the CPE's LINK_PARAMS say so).
+	offlineUplink offlineReason = 1 << iota
+	// offlineOurInterface: the headend's interface the link's packets arrive on lost
+	// its carrier.
+	offlineOurInterface
+)
+
+// gone says what it means that the reason is gone.
+func (r offlineReason) gone() string {
+	if r == offlineOurInterface {
+		return "our interface has its carrier again"
+	}
+	return "uplink usable again"
+}
+
+// isOffline reports whether the link cannot carry traffic now, for any reason.
+func (l *link) isOffline() bool { return l.offline.Load() != 0 }
+
+// markOffline sets or clears one reason the link is offline and reports whether the
+// link was offline before and is after.
+func (l *link) markOffline(why offlineReason, on bool) (was, is bool) {
+	for {
+		old := l.offline.Load()
+		next := old &^ uint32(why)
+		if on {
+			next |= uint32(why)
+		}
+		if l.offline.CompareAndSwap(old, next) {
+			return old != 0, next != 0
+		}
+	}
+}
+
 // setLinkOffline takes link id down at once (offline), sending the peer a loss notice
-// for what was in flight on it, or brings it back: it is probed at once, and the reply
-// brings it up. Waiting for the tick's next probe cost up to a probe interval, and up
-// to a standby interval (2 s) for a standby link, whose probes a link that is down
-// gets on that scale. It reports whether the link came back.
-func (s *Session) setLinkOffline(id uint8, offline bool, cause string) (back bool) {
+// for what was in flight on it, or brings it back when its last reason is gone: it is
+// probed at once, and the reply brings it up. Waiting for the tick's next probe cost
+// up to a probe interval, and up to a standby interval (2 s) for a standby link, whose
+// probes a link that is down gets on that scale. It reports whether the link came back.
+func (s *Session) setLinkOffline(id uint8, why offlineReason, offline bool, cause string) (back bool) {
 	l := s.link(id)
-	if l == nil || l.offline.Swap(offline) == offline {
+	if l == nil {
+		return false
+	}
+	if was, is := l.markOffline(why, offline); was == is {
 		return false
 	}
 	if !offline {
@@ -217,7 +261,7 @@ func (s *Session) setLinkOffline(id uint8, offline bool, cause string) (back boo
 			l.setState(stateProbing)
 		}
 		l.mu.Unlock()
-		l.logger().Info("link back: probing it", "cause", "uplink usable again")
+		l.logger().Info("link back: probing it", "cause", why.gone())
 		s.probeAtOnce(l)
 		return true
 	}
@@ -234,6 +278,22 @@ func (s *Session) setLinkOffline(id uint8, offline bool, cause string) (back boo
 	noticed := s.linkDown(l)
 	l.logger().Warn("link down", "cause", cause, "loss_notice_seqs", noticed)
 	return false
+}
+
+// interfaceCarrier takes offline the links whose packets last arrived on interface
+// ifindex when it loses its carrier (up false), and brings them back, probed at once,
+// when it has it again. For a headend with an interface per access network (its DSL
+// lines on one, its LTE on another): the links on the dead one go down at once, with
+// their loss notices and rescue copies, instead of after their silence, and come back
+// without waiting for the tick's probe. The interface a link's packets arrive on is
+// taken for the one its packets leave by: the usual symmetric routing.
+func (s *Session) interfaceCarrier(ifindex int, up bool) {
+	cause := "our interface " + interfaceName(ifindex) + " lost its carrier"
+	for _, l := range s.allLinks() {
+		if int(l.rxIfindex.Load()) == ifindex {
+			s.setLinkOffline(l.spec.ID, offlineOurInterface, !up, cause)
+		}
+	}
 }
 
 // local is the address the link's packets leave from.

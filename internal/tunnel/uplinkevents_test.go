@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aggd/aggd/internal/metrics"
 	"github.com/aggd/aggd/internal/sched"
 )
 
@@ -86,6 +87,72 @@ func TestTheHeadendFollowsACPEsUplinkOffline(t *testing.T) {
 	n.c.UplinkCarrier(1, true)
 	waitFor(t, "up1 up again on both sides after the carrier is back", func() bool { return linkUp(n, 1) == 1 && heLink.isUp() })
 	b.both(n, 100)
+}
+
+// The headend's own interface losing its carrier takes its side of the links whose
+// packets arrive there down at once; its carrier back brings them back, except a link
+// the CPE still says is offline. (The bed's packets all arrive on loopback, so every
+// link of the session is on the interface.)
+func TestTheHeadendFollowsItsOwnInterfacesCarrier(t *testing.T) {
+	p := newPeer(t, "cpe1", "100.64.0.2")
+	b := newBedWith(t, func(c *HeadendConfig) { c.Session.StandbyProbe = time.Hour }, p)
+	n := b.startCPEWith(p, 2, deadline, func(c *CPEConfig) { c.Session.StandbyProbe = time.Hour })
+	b.waitReady(n)
+	he := b.session("cpe1")
+	he0, he1 := he.link(0), he.link(1)
+	waitFor(t, "both links up on both sides", func() bool {
+		return linkUp(n, 0) == 1 && linkUp(n, 1) == 1 && he0.isUp() && he1.isUp()
+	})
+	lo := int(he1.rxIfindex.Load())
+	if lo == 0 {
+		t.Fatal("the headend does not know which interface up1's packets arrive on")
+	}
+
+	b.he.InterfaceCarrier(lo, false)
+	if he0.isUp() || he1.isUp() {
+		t.Fatal("the headend's side of a link is still up right after its interface lost its carrier")
+	}
+	b.he.InterfaceCarrier(lo, true)
+	waitFor(t, "both links up again after the interface's carrier is back", func() bool { return he0.isUp() && he1.isUp() })
+
+	// The CPE's uplink offline too: the interface's return brings only the other link back.
+	n.c.UplinkCarrier(1, false)
+	waitFor(t, "the headend's side of up1 down after the CPE's carrier loss", func() bool { return !he1.isUp() })
+	b.he.InterfaceCarrier(lo, false)
+	b.he.InterfaceCarrier(lo, true)
+	waitFor(t, "up0 up again after the interface's carrier is back", func() bool { return he0.isUp() })
+	b.both(n, 100)
+	if he1.isUp() || !he1.isOffline() {
+		t.Error("the headend brought up1 back while the CPE still says its uplink is offline")
+	}
+	n.c.UplinkCarrier(1, true)
+	waitFor(t, "up1 up again on both sides after the CPE's carrier is back", func() bool { return linkUp(n, 1) == 1 && he1.isUp() })
+	b.both(n, 100)
+}
+
+// A link taken offline because the interface its packets arrived on lost its carrier
+// is back as soon as its packets arrive on another interface: it is alive there.
+func TestALinkArrivingElsewhereIsNoLongerOffline(t *testing.T) {
+	cfg := testSession()
+	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	t.Cleanup(s.close)
+	l := s.addLink(LinkSpec{ID: 0, Name: "link0"}, func(*link, []byte) error { return nil })
+	other := s.addLink(LinkSpec{ID: 1, Name: "link1"}, func(*link, []byte) error { return nil })
+	s.noteArrival(l, 7)
+	s.noteArrival(other, 8)
+
+	s.interfaceCarrier(7, false)
+	if !l.isOffline() || other.isOffline() {
+		t.Fatalf("interface 7 lost its carrier: link0 offline %v (want true), link1 offline %v (want false)", l.isOffline(), other.isOffline())
+	}
+	s.noteArrival(l, 7)
+	if !l.isOffline() {
+		t.Fatal("a packet on the interface that lost its carrier brought the link back")
+	}
+	s.noteArrival(l, 8)
+	if l.isOffline() {
+		t.Fatal("link0 still offline after its packets arrived on another interface")
+	}
 }
 
 // An uplink re-bound to a new address keeps its session: the headend follows the
