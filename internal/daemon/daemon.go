@@ -210,40 +210,46 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	session := sessionConfig("", cfg.Reorder, cfg.Probe, cfg.AQM)
 	mtus := newPeerMTUs(log, dev.Name(), mtu, peers)
 	session.PeerMTU = mtus.announced
-	// The interface watch starts before the headend exists; it tells the headend of a
-	// carrier change once there is one (before, no session has a link to take down).
-	var running atomic.Pointer[tunnel.Headend]
+	var sh *shield
+	var fp *fastPath
 	if cfg.BPF.Enabled && !opts.NoBPF {
 		ifaces := headendInterfaces(cfg, dev.Name())
 		if len(cfg.BPF.Interfaces) == 0 {
 			log.Info("XDP shield goes on the interfaces of the default routes and of the listen address "+
 				"(set bpf.interfaces if the CPEs' packets arrive elsewhere)", "interfaces", strings.Join(ifaces, ","))
 		}
-		if sh := startShield(log, cfg.Listen.Port(), ifaces, true, m.Registry, host.keep.dir); sh != nil {
+		if sh = startShield(log, cfg.Listen.Port(), ifaces, true, m.Registry, host.keep.dir); sh != nil {
 			defer sh.close()
 			session.Keys = sh.observer()
-			fp := tryFastPath(log, fastPathOn, cfg.Listen.Port(), dev.Name(), mtu, sh, m, host.keep)
+			fp = tryFastPath(log, fastPathOn, cfg.Listen.Port(), dev.Name(), mtu, sh, m, host.keep)
 			dropUnwantedAttachments(log, host.keep, sh, fp)
 			if fp != nil {
 				defer fp.close()
 				session.FastPath = fp
 			}
-			// Stopped before the fast path and the shield close (defers run last first).
-			wctx, stop := context.WithCancel(ctx)
-			defer stop()
-			watchNewInterfaces(wctx, log, sh, func() []string { return headendInterfaces(cfg, dev.Name()) },
-				func(name string) { interfaceCreated(log, sh, fp, name) },
-				func(name string) { interfaceDeleted(sh, fp, name) },
-				func(name string, index int, up bool) {
-					interfaceCarrier(log, fp, name, up)
-					if he := running.Load(); he != nil {
-						he.InterfaceCarrier(index, up)
-					}
-				})
 		} else {
 			dropUnwantedAttachments(log, host.keep, nil, nil)
 		}
 	}
+	// The interface watch runs with or without the shield: the sessions follow the
+	// carrier of every interface their links' packets arrive on. It starts before the
+	// headend exists and tells it once there is one (before, no session has a link to
+	// take down). Stopped before the fast path and the shield close (defers run last
+	// first).
+	var running atomic.Pointer[tunnel.Headend]
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	watchNewInterfaces(wctx, log, sh, func() []string { return headendInterfaces(cfg, dev.Name()) },
+		func(name string) { interfaceCreated(log, sh, fp, name) },
+		func(name string) { interfaceDeleted(sh, fp, name) },
+		func(name string, index int, up bool) {
+			if at, ok := sh.attached()[name]; ok && at == index {
+				interfaceCarrier(log, fp, name, up)
+			}
+			if he := running.Load(); he != nil {
+				he.InterfaceCarrier(index, up)
+			}
+		})
 	he, err := tunnel.NewHeadend(tunnel.HeadendConfig{
 		Local: key, Listen: cfg.Listen, Peers: peers, Session: session,
 	}, dev, m, log)

@@ -123,8 +123,12 @@ func (s *shield) detachLocked(name string) {
 	}
 }
 
-// attached returns the index of the interface each attachment is on, by name.
+// attached returns the index of the interface each attachment is on, by name (none
+// for a headend without a shield: nil).
 func (s *shield) attached() map[string]int {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	index := make(map[string]int, len(s.links))
@@ -228,8 +232,10 @@ func headendInterfaces(cfg *config.Headend, tunName string) []string {
 // it arrives: created is called for each interface wanted lists (headendInterfaces, at
 // the time) that is up and not attached to under its current index (one that came up
 // after the start, or came back as a new interface of an old name), deleted for each
-// attached one that goes away, and carrier when an attached one (name, index) loses its
-// carrier (up false) or has it again. The CPE follows its uplinks through netwatch instead
+// attached one that goes away, and carrier when any interface (name, index) loses its
+// carrier (up false; also when it is deleted) or has it again: the sessions follow the
+// interfaces their links' packets arrive on, which need not be the shield's (sh nil: a
+// headend without one). The CPE follows its uplinks through netwatch instead
 // (uplinkWatch).
 func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, wanted func() []string, created, deleted func(name string),
 	carrier func(name string, index int, up bool)) {
@@ -264,8 +270,8 @@ func watchNewInterfaces(ctx context.Context, log *slog.Logger, sh *shield, wante
 // routes, which can appear or move (DHCP, a second line) with no link update at all.
 func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func() []string, created, deleted func(string),
 	carrier func(string, int, bool)) {
-	tried := make(map[string]int)    // the index created was last called for, by name: once per interface
-	running := make(map[string]bool) // the attached interfaces' carrier as last seen, by name
+	tried := make(map[string]int) // the index created was last called for, by name: once per interface
+	running := make(map[int]bool) // every interface's carrier as last seen, by index
 	// unattached: the interface is up and neither attached to nor tried under its index.
 	unattached := func(name string, index int, up bool) bool {
 		at, ok := sh.attached()[name]
@@ -286,23 +292,27 @@ func followInterfaces(updates <-chan netlink.LinkUpdate, sh *shield, wanted func
 			a := u.Attrs()
 			if u.Header.Type == unix.RTM_DELLINK {
 				delete(tried, a.Name)
-				delete(running, a.Name)
+				if running[a.Index] {
+					carrier(a.Name, a.Index, false)
+				}
+				delete(running, a.Index)
 				if at, ok := sh.attached()[a.Name]; ok && at == a.Index {
 					deleted(a.Name)
 				}
 				continue
 			}
-			if unattached(a.Name, a.Index, a.Flags&net.FlagUp != 0) && slices.Contains(wanted(), a.Name) {
+			if sh != nil && unattached(a.Name, a.Index, a.Flags&net.FlagUp != 0) && slices.Contains(wanted(), a.Name) {
 				attach(a.Name, a.Index)
 			}
-			if at, ok := sh.attached()[a.Name]; ok && at == a.Index {
-				up := a.Flags&net.FlagUp != 0 && a.RawFlags&unix.IFF_LOWER_UP != 0
-				if was, seen := running[a.Name]; seen && was != up {
-					carrier(a.Name, a.Index, up)
-				}
-				running[a.Name] = up
+			up := a.Flags&net.FlagUp != 0 && a.RawFlags&unix.IFF_LOWER_UP != 0
+			if was, seen := running[a.Index]; seen && was != up {
+				carrier(a.Name, a.Index, up)
 			}
+			running[a.Index] = up
 		case <-tick.C:
+			if sh == nil {
+				continue
+			}
 			for _, name := range wanted() {
 				if ifc, err := netcfg.InterfaceByName(name); err == nil && unattached(name, ifc.Index, ifc.Flags&net.FlagUp != 0) {
 					attach(name, ifc.Index)

@@ -288,11 +288,15 @@ func (s *Session) setLinkOffline(id uint8, why offlineReason, offline bool, caus
 // without waiting for the tick's probe. The interface a link's packets arrive on is
 // taken for the one its packets leave by: the usual symmetric routing.
 func (s *Session) interfaceCarrier(ifindex int, up bool) {
-	cause := "our interface " + interfaceName(ifindex) + " lost its carrier"
+	cause := ""
 	for _, l := range s.allLinks() {
-		if int(l.rxIfindex.Load()) == ifindex {
-			s.setLinkOffline(l.spec.ID, offlineOurInterface, !up, cause)
+		if int(l.rxIfindex.Load()) != ifindex {
+			continue
 		}
+		if cause == "" { // named only when a link is on it: every interface's changes come here
+			cause = "our interface " + interfaceName(ifindex) + " lost its carrier"
+		}
+		s.setLinkOffline(l.spec.ID, offlineOurInterface, !up, cause)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -269,8 +270,13 @@ bpf:
 
 	// AGGD_E2E_DAEMON_ARGS adds options to both daemons of every test (e.g. --fast-path:
 	// `make test` runs the suite once more with it, so the userspace tests check the
-	// kernel fast path too).
-	daemonArgs = append(daemonArgs, strings.Fields(os.Getenv("AGGD_E2E_DAEMON_ARGS"))...)
+	// kernel fast path too). A test that asks for --no-bpf itself runs without BPF in
+	// both suites: --fast-path would contradict it.
+	env := strings.Fields(os.Getenv("AGGD_E2E_DAEMON_ARGS"))
+	if slices.Contains(daemonArgs, "--no-bpf") {
+		env = slices.DeleteFunc(env, func(a string) bool { return a == "--fast-path" })
+	}
+	daemonArgs = append(daemonArgs, env...)
 	b := &bond{Net: n, dir: dir}
 	b.headend = n.Start("hub", filepath.Join(dir, "hub.log"), append([]string{aggdBinary, "headend", "--config", filepath.Join(dir, "hub.yaml")}, daemonArgs...)...)
 	b.cpe = n.Start("cpe", filepath.Join(dir, "cpe.log"), append([]string{aggdBinary, "cpe", "--config", filepath.Join(dir, "cpe.yaml")}, daemonArgs...)...)

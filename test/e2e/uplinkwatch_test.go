@@ -169,6 +169,54 @@ func TestUplinkBackFromAMomentDownCarriesData(t *testing.T) {
 	}
 }
 
+// A headend whose own interface loses its carrier takes the links whose packets arrive
+// there down at once, and brings them back when the carrier is: here hl3 is a port of
+// the headend's bridge br3, which is set down while the CPE's up3 keeps its carrier, so
+// the CPE has nothing to tell the headend and the headend's own probes would find the
+// link dead only after a suspicion time. With the XDP shield (on hl1..hl3, not br3) and
+// without BPF at all (--no-bpf: no shield, whose interface watch this rides on).
+func TestTheHeadendFollowsItsOwnInterfacesCarrier(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+	}{{"shield", nil}, {"no BPF", []string{"--no-bpf"}}} {
+		t.Run(c.name, func(t *testing.T) {
+			n := newTopology(t)
+			n.Run("hub", "ip", "addr", "del", "10.98.3.1/24", "dev", "hl3")
+			n.Run("hub", "ip", "link", "add", "br3", "type", "bridge")
+			n.Run("hub", "ip", "link", "set", "hl3", "master", "br3")
+			n.Run("hub", "ip", "addr", "add", "10.98.3.1/24", "dev", "br3")
+			n.Run("hub", "ip", "link", "set", "br3", "up")
+			b := startBond(t, n, c.args...)
+			const up = `aggd_link_up{link="link2",peer="cpe1"}`
+			waitMetric(t, b, "hub", up, 1, 10*time.Second)
+
+			n.Run("hub", "ip", "link", "set", "br3", "down")
+			waitMetric(t, b, "hub", up, 0, 10*time.Second)
+			line := logLine(t, filepath.Join(b.dir, "hub.log"), `msg="link down"`, "link=link2")
+			t.Logf("hub: %s", line)
+			if !strings.Contains(line, `cause="our interface br3 lost its carrier"`) {
+				t.Errorf("the headend's side of up3 went down for another cause than its own interface's carrier:\n%s", line)
+			}
+			if lines := logLines(filepath.Join(b.dir, "cpe.log"), `cause="carrier lost"`); len(lines) != 0 {
+				t.Fatalf("the CPE saw a carrier lost; the test wants only the headend's interface down:\n%s", strings.Join(lines, "\n"))
+			}
+
+			n.Run("hub", "ip", "link", "set", "br3", "up")
+			waitMetric(t, b, "hub", up, 1, 10*time.Second)
+			const rx = `aggd_link_receive_packets_total{link="link2",peer="cpe1"}`
+			before := b.metric(t, "hub", rx)
+			startIperfServer(t, n)
+			lost, _ := udpFlow(t, n, "10M", 2, false)
+			got := b.metric(t, "hub", rx) - before
+			t.Logf("after br3 came back: UDP 10 Mbit/s for 2 s lost %.2f%%, link2 carried %.0f packets", lost, got)
+			if got < 100 {
+				t.Errorf("link2 carried %.0f packets after the headend's interface came back; want it back in use", got)
+			}
+		})
+	}
+}
+
 // An uplink whose source is not pinned in the config follows its interface's address:
 // when the address changes (as DHCP or an LTE re-attach does), the CPE re-binds the
 // uplink's socket to the new address, the headend follows the link to it, and the link
