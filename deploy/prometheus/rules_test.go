@@ -241,12 +241,20 @@ var alertCases = map[string][]alertCase{
 			aggd_link_up{instance="hub",peer="cpe1",link="link1"} 1 1 1 1`},
 	},
 	"AggdLinkFlapping": {
-		{fires: true, series: `aggd_link_state_change_timestamp_seconds{instance="cpe",peer="headend",link="dsl"} 0+60x15`},
-		{fires: false, series: `aggd_link_state_change_timestamp_seconds{instance="cpe",peer="headend",link="dsl"} 0 0 60 60 60 60 120 120 120 120 120 120 120 120 120 120`},
+		{fires: true, series: `
+			aggd_link_state_change_timestamp_seconds{instance="hub",peer="cpe1",link="link0"} 0+60x15
+			aggd_link_info{instance="hub",peer="cpe1",link="link0",name="dsl"} 1+0x15`},
+		{fires: false, series: `
+			aggd_link_state_change_timestamp_seconds{instance="cpe",peer="headend",link="dsl"} 0 0 60 60 60 60 120 120 120 120 120 120 120 120 120 120
+			aggd_link_info{instance="cpe",peer="headend",link="dsl",name="dsl"} 1+0x15`},
 	},
 	"AggdLinkLossHigh": {
-		{fires: true, series: `aggd_link_loss_ratio{instance="cpe",peer="headend",link="lte"} 0.08+0x12`},
-		{fires: false, series: `aggd_link_loss_ratio{instance="cpe",peer="headend",link="lte"} 0.01+0x12`},
+		{fires: true, series: `
+			aggd_link_loss_ratio{instance="cpe",peer="headend",link="lte"} 0.08+0x12
+			aggd_link_info{instance="cpe",peer="headend",link="lte",name="lte"} 1+0x12`},
+		{fires: false, series: `
+			aggd_link_loss_ratio{instance="cpe",peer="headend",link="lte"} 0.01+0x12
+			aggd_link_info{instance="cpe",peer="headend",link="lte",name="lte"} 1+0x12`},
 	},
 	"AggdPeerNoSession": {
 		// A headend's CPE that never connected; a CPE whose headend did, late.
