@@ -104,7 +104,9 @@ func (s *Session) noteArrival(l *link, ifindex int) {
 		return
 	}
 	l.rxIfindex.Store(int32(ifindex))
-	s.setLinkOffline(l.spec.ID, offlineOurInterface, false, "")
+	if l.offline.Load()&uint32(offlineOurInterface) != 0 {
+		s.setLinkOffline(l.spec.ID, offlineOurInterface, false, "its packets arrive on "+interfaceName(ifindex))
+	}
 	s.checkReceive()
 }
 

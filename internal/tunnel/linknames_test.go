@@ -44,7 +44,7 @@ func TestHeadendLogsNameTheCPEsLinks(t *testing.T) {
 	s.setLinkOffline(1, offlineUplink, true, causePeerOffline)
 	before := buf.String()
 	s.onLinkNames(wire.LinkNamesBody{Links: []wire.LinkName{{LinkID: 1, Name: "cable"}}})
-	s.setLinkOffline(1, offlineUplink, false, causePeerOffline)
+	s.setLinkOffline(1, offlineUplink, false, causePeerOnline)
 	after := buf.String()[len(before):]
 
 	if !strings.Contains(before, `msg="link offline"`) || strings.Contains(before, "name=") {

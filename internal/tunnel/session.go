@@ -865,7 +865,11 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 			if pl := s.link(p.LinkID); pl != nil {
 				pl.setPeerPrior(float64(p.RateBps), sched.Class(p.Class))
 				pl.m.mtu.Set(float64(p.MTU))
-				s.setLinkOffline(p.LinkID, offlineUplink, p.Offline, causePeerOffline)
+				cause := causePeerOnline
+				if p.Offline {
+					cause = causePeerOffline
+				}
+				s.setLinkOffline(p.LinkID, offlineUplink, p.Offline, cause)
 			}
 		}
 		s.setLinkIDs(ids)

@@ -191,6 +191,9 @@ func (c *CPE) RebindUplink(id int, addr netip.Addr) error {
 func (c *CPE) applyUplinkState(id int) (back bool) {
 	if s := c.session.Load(); s != nil {
 		offline, cause := c.conns[id].offline()
+		if !offline {
+			cause = "uplink usable again"
+		}
 		back = s.setLinkOffline(c.cfg.Uplinks[id].Spec.ID, offlineUplink, offline, cause)
 	}
 	c.requestAnnouncement()
@@ -198,8 +201,11 @@ func (c *CPE) applyUplinkState(id int) (back bool) {
 }
 
 // causePeerOffline is why a headend's link is offline: the CPE's LINK_PARAMS say its
-// uplink cannot carry traffic.
-const causePeerOffline = "the CPE's uplink is offline"
+// uplink cannot carry traffic; causePeerOnline why it is back.
+const (
+	causePeerOffline = "the CPE's uplink is offline"
+	causePeerOnline  = "the CPE's uplink is usable again"
+)
 
 // offlineReason is one reason a link cannot carry traffic now. A link is offline while
 // it has any: on a headend whose own interface and the CPE's uplink both lost their
@@ -215,14 +221,6 @@ const (
 	// its carrier.
 	offlineOurInterface
 )
-
-// gone says what it means that the reason is gone.
-func (r offlineReason) gone() string {
-	if r == offlineOurInterface {
-		return "our interface has its carrier again"
-	}
-	return "uplink usable again"
-}
 
 // isOffline reports whether the link cannot carry traffic now, for any reason.
 func (l *link) isOffline() bool { return l.offline.Load() != 0 }
@@ -244,7 +242,7 @@ func (l *link) markOffline(why offlineReason, on bool) (was, is bool) {
 
 // setLinkOffline takes link id down at once (offline), sending the peer a loss notice
 // for what was in flight on it, or brings it back when its last reason is gone: it is
-// probed at once, and the reply brings it up. Waiting for the tick's next probe cost
+// probed at once, and the reply brings it up. cause is logged either way. Waiting for the tick's next probe cost
 // up to a probe interval, and up to a standby interval (2 s) for a standby link, whose
 // probes a link that is down gets on that scale. It reports whether the link came back.
 func (s *Session) setLinkOffline(id uint8, why offlineReason, offline bool, cause string) (back bool) {
@@ -261,7 +259,7 @@ func (s *Session) setLinkOffline(id uint8, why offlineReason, offline bool, caus
 			l.setState(stateProbing)
 		}
 		l.mu.Unlock()
-		l.logger().Info("link back: probing it", "cause", why.gone())
+		l.logger().Info("link back: probing it", "cause", cause)
 		s.probeAtOnce(l)
 		return true
 	}
@@ -295,6 +293,9 @@ func (s *Session) interfaceCarrier(ifindex int, up bool) {
 		}
 		if cause == "" { // named only when a link is on it: every interface's changes come here
 			cause = "our interface " + interfaceName(ifindex) + " lost its carrier"
+			if up {
+				cause = "our interface " + interfaceName(ifindex) + " has its carrier again"
+			}
 		}
 		s.setLinkOffline(l.spec.ID, offlineOurInterface, !up, cause)
 	}

@@ -1,7 +1,10 @@
 package tunnel
 
 import (
+	"bytes"
+	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,26 +135,30 @@ func TestTheHeadendFollowsItsOwnInterfacesCarrier(t *testing.T) {
 
 // A link taken offline because the interface its packets arrived on lost its carrier
 // is back as soon as its packets arrive on another interface: it is alive there.
+// (Indexes no interface of the host has, so that the log names them by number.)
 func TestALinkArrivingElsewhereIsNoLongerOffline(t *testing.T) {
-	cfg := testSession()
-	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	var log bytes.Buffer
+	s := newSession(testSession(), metrics.New(), slog.New(slog.NewTextHandler(&log, nil)), 1, func([]byte) {})
 	t.Cleanup(s.close)
 	l := s.addLink(LinkSpec{ID: 0, Name: "link0"}, func(*link, []byte) error { return nil })
 	other := s.addLink(LinkSpec{ID: 1, Name: "link1"}, func(*link, []byte) error { return nil })
-	s.noteArrival(l, 7)
-	s.noteArrival(other, 8)
+	s.noteArrival(l, 90007)
+	s.noteArrival(other, 90008)
 
-	s.interfaceCarrier(7, false)
+	s.interfaceCarrier(90007, false)
 	if !l.isOffline() || other.isOffline() {
-		t.Fatalf("interface 7 lost its carrier: link0 offline %v (want true), link1 offline %v (want false)", l.isOffline(), other.isOffline())
+		t.Fatalf("interface 90007 lost its carrier: link0 offline %v (want true), link1 offline %v (want false)", l.isOffline(), other.isOffline())
 	}
-	s.noteArrival(l, 7)
+	s.noteArrival(l, 90007)
 	if !l.isOffline() {
 		t.Fatal("a packet on the interface that lost its carrier brought the link back")
 	}
-	s.noteArrival(l, 8)
+	s.noteArrival(l, 90008)
 	if l.isOffline() {
 		t.Fatal("link0 still offline after its packets arrived on another interface")
+	}
+	if want := `msg="link back: probing it" peer="" session=1 link=link0 cause="its packets arrive on interface 90008"`; !strings.Contains(log.String(), want) {
+		t.Errorf("want %s in the log:\n%s", want, log.String())
 	}
 }
 
