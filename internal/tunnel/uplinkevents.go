@@ -242,9 +242,10 @@ func (l *link) markOffline(why offlineReason, on bool) (was, is bool) {
 
 // setLinkOffline takes link id down at once (offline), sending the peer a loss notice
 // for what was in flight on it, or brings it back when its last reason is gone: it is
-// probed at once, and the reply brings it up. cause is logged either way. Waiting for the tick's next probe cost
-// up to a probe interval, and up to a standby interval (2 s) for a standby link, whose
-// probes a link that is down gets on that scale. It reports whether the link came back.
+// probed at once, and the reply brings it up. cause is logged either way. Waiting for
+// the tick's next probe cost up to a probe interval, and up to a standby interval (2 s)
+// for a standby link, whose probes a link that is down gets on that scale. It reports
+// whether the link came back.
 func (s *Session) setLinkOffline(id uint8, why offlineReason, offline bool, cause string) (back bool) {
 	l := s.link(id)
 	if l == nil {
@@ -292,10 +293,11 @@ func (s *Session) interfaceCarrier(ifindex int, up bool) {
 			continue
 		}
 		if cause == "" { // named only when a link is on it: every interface's changes come here
-			cause = "our interface " + interfaceName(ifindex) + " lost its carrier"
+			what := " lost its carrier"
 			if up {
-				cause = "our interface " + interfaceName(ifindex) + " has its carrier again"
+				what = " has its carrier again"
 			}
+			cause = "our interface " + interfaceName(ifindex) + what
 		}
 		s.setLinkOffline(l.spec.ID, offlineOurInterface, !up, cause)
 	}
