@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -766,6 +767,7 @@ func (b *bed) diag() string {
 	for _, n := range b.cpes {
 		if s := n.c.session.Load(); s != nil {
 			out += fmt.Sprintf("\n  %s receiving: %+v", n.peer.name, stats(s))
+			out += fmt.Sprintf("\n  %s links: %s", n.peer.name, linkStates(s))
 		}
 		out += fmt.Sprintf("\n  %s drops: %v, not sent: %v", n.peer.name, nonZero(dropCounts(n.m)),
 			gauge(n.m.TunnelTxPacket.WithLabelValues("no_session_or_link")))
@@ -776,8 +778,23 @@ func (b *bed) diag() string {
 	defer b.he.mu.RUnlock()
 	for name, s := range b.he.byPeer {
 		out += fmt.Sprintf("\n  headend receiving from %s: %+v", name, stats(s))
+		out += fmt.Sprintf("\n  headend's links to %s: %s", name, linkStates(s))
 	}
 	return out
+}
+
+// linkStates lists s's links with their health states and offline reasons.
+func linkStates(s *Session) string {
+	var out []string
+	links := s.allLinks()
+	slices.SortFunc(links, func(a, b *link) int { return int(a.spec.ID) - int(b.spec.ID) })
+	for _, l := range links {
+		l.mu.Lock()
+		st := l.state
+		l.mu.Unlock()
+		out = append(out, fmt.Sprintf("%s=%v(offline %#x)", l.spec.Name, st, l.offline.Load()))
+	}
+	return strings.Join(out, " ")
 }
 
 // up sends count packets upstream from the CPE and checks they all arrive in order.

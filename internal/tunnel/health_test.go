@@ -51,6 +51,40 @@ func TestLinkHealthStateMachine(t *testing.T) {
 	check(t0.Add(3*time.Second), stateUp, true, false)
 }
 
+// What a link's state change tells the metrics, the next packet sent finds in the
+// schedule, whoever changed it and whether or not the one who did asked for a new
+// schedule: a packet sent by someone who read the link up in the metrics must not
+// meet a schedule that still lacks it (nor one that still has a link read down).
+func TestTheNextPacketFindsTheLinksStateInTheSchedule(t *testing.T) {
+	r := newRescueRig(t)
+	s := r.s
+	if !s.SendData(make([]byte, wire.HeaderLen+100)) {
+		t.Fatal("setup: SendData found no usable link")
+	}
+	setState := func(l *link, st linkState) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.setState(st)
+	}
+	for _, l := range r.links {
+		setState(l, stateDown)
+	}
+	if s.SendData(make([]byte, wire.HeaderLen+100)) {
+		t.Fatal("every link was down, yet a packet was sent")
+	}
+	r.clear()
+	setState(r.links[2], stateUp)
+	if gauge(r.links[2].m.up) != 1 {
+		t.Fatal("the metrics do not show up2 up")
+	}
+	if !s.SendData(make([]byte, wire.HeaderLen+100)) {
+		t.Fatal("up2 is up in the metrics, yet the packet found no usable link")
+	}
+	if got, _ := r.seqsOn(2); len(got) != 1 {
+		t.Errorf("up2 carried %v, want the one packet", got)
+	}
+}
+
 // A link with a long RTT (a deep but working queue) is not suspected before three RTTs.
 func TestSuspicionWaitsForSlowLinks(t *testing.T) {
 	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})

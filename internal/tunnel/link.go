@@ -78,6 +78,12 @@ type link struct {
 	// 1 s of buffer went suspect in startup, and its traffic was copied for nothing).
 	lastDelivered time.Time
 	state         linkState
+	// schedDue is the session's: set by every change of state, before the metrics show
+	// it, so that whoever reads a link up in them (a test, an operator's script) and
+	// sends at once finds the schedule due to take it in (a CI run of the tunnel's
+	// tests under the race detector lost its one packet to a schedule still without
+	// the link it read up). Nil for links made outside a session (tests).
+	schedDue      *atomic.Bool
 	train         *train // the probe train measuring the link's capacity (train.go)
 	trainRetries  int    // short trains sent again after one measured nothing (train.go)
 	retrain       retrainWatch
@@ -590,6 +596,9 @@ func (l *link) delivering(r wire.LinkReport) bool {
 func (l *link) setState(s linkState) {
 	if s != l.state {
 		l.m.changed.SetToCurrentTime()
+		if l.schedDue != nil {
+			l.schedDue.Store(true)
+		}
 	}
 	// However it went down (its health, its uplink's carrier), a link that comes
 	// back owes nothing of what was sent on it before.

@@ -232,7 +232,7 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 	}
 	lbl := []string{s.cfg.Peer, spec.Name}
 	l := &link{
-		spec: spec, send: send,
+		spec: spec, send: send, schedDue: &s.schedDue,
 		m: linkMetrics{
 			txBytes: s.m.LinkTxBytes.WithLabelValues(lbl...), txPackets: s.m.LinkTxPackets.WithLabelValues(lbl...),
 			rxBytes: s.m.LinkRxBytes.WithLabelValues(lbl...), rxPackets: s.m.LinkRxPackets.WithLabelValues(lbl...),
