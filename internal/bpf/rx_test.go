@@ -568,8 +568,13 @@ func TestRxResyncAfterALostPassUp(t *testing.T) {
 	if err := d.Idle(next, true); err != nil {
 		t.Fatal(err)
 	}
-	if reset, _, err := d.Resync(); reset || err != nil {
-		t.Fatalf("Resync: reset %v, %v", reset, err)
+	// As the session's tick does after a quiet period: the first call notes the
+	// program's count, the next, a quiet period later, adopts it.
+	t0 := time.Unix(1000, 0)
+	for _, at := range []time.Time{t0, t0.Add(time.Second)} {
+		if reset, _, err := d.Resync(at, time.Second); reset || err != nil {
+			t.Fatalf("Resync: reset %v, %v", reset, err)
+		}
 	}
 	if n := diverted(t, r, idx); d.Consumed() != n {
 		t.Fatalf("after Resync the daemon counts %d, the program %d", d.Consumed(), n)

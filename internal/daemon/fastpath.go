@@ -494,9 +494,9 @@ func (f *fastPath) receivesOn(ifindex int) bool {
 	return false
 }
 
-func (s *fpSession) Resync() (restart bool, next uint32) {
+func (s *fpSession) Resync(now time.Time, quiet time.Duration) (restart bool, next uint32) {
 	was := s.seen.Resyncs
-	restart, next, err := s.ho.Resync()
+	restart, next, err := s.ho.Resync(now, quiet)
 	s.countHandbacks()
 	if err != nil {
 		s.warn("fast path: cannot resynchronise the receive ordering with the kernel", "err", err)

@@ -142,6 +142,11 @@ type Daemon struct {
 	ever     bool   // a handback was ever posted
 	epoch    uint32 // the kernel's epoch when the pending handback was posted
 	tally    tally
+	// The kernel's divert count as Resync last read it while it was not the daemon's,
+	// and since when it has stood there (counted: one was read).
+	resyncCount   uint64
+	resyncSince   time.Time
+	resyncCounted bool
 
 	stats Stats
 }
@@ -290,6 +295,15 @@ func (d *Daemon) Idle(next uint32, empty bool) error {
 // and what is missing was lost on the host. Resync adopts the kernel's
 // count as consumed, so the next Idle posts a handback that can match.
 //
+// The daemon's quiet says nothing of what the kernel passed up moments ago: while it
+// delivered a flow itself, the daemon heard nothing for seconds, and a packet it
+// passes up at the next gap is quiet's end, not a loss, until it has had its time to
+// arrive. So Resync also waits until the kernel's count has stood still for quiet
+// (read at each call, now the time of the call): the first call that sees a new count
+// only notes it. (An end-to-end test caught the tick in the millisecond between such a
+// packet and the next: it resynchronised at once, and would have dropped that packet
+// as late had the host not lost it.)
+//
 // reset reports, as OnData does, that the pending handback was accepted and
 // the kernel has since handed over again at next (the passed-up packets of
 // that handover were the ones lost): the caller must Restart its
@@ -299,7 +313,7 @@ func (d *Daemon) Idle(next uint32, empty bool) error {
 // is unjudged, and Idle takes back a second count. At worst it is lost,
 // never delivered twice (the SPIN model's resync-early run). Traffic that
 // never pauses gives no quiet period; the tally (tally.go) covers that.
-func (d *Daemon) Resync() (reset bool, next uint32, err error) {
+func (d *Daemon) Resync(now time.Time, quiet time.Duration) (reset bool, next uint32, err error) {
 	if !d.posted {
 		return false, 0, nil // Idle posts first; a posted request is what a resync replaces
 	}
@@ -311,6 +325,13 @@ func (d *Daemon) Resync() (reset bool, next uint32, err error) {
 	}
 	if count == d.consumed {
 		return false, 0, nil // the request can match: the next packet hands the ordering back
+	}
+	if !d.resyncCounted || count != d.resyncCount {
+		d.resyncCount, d.resyncSince, d.resyncCounted = count, now, true
+		return false, 0, nil // just passed up: it may still be on its way
+	}
+	if now.Sub(d.resyncSince) < quiet {
+		return false, 0, nil
 	}
 	o, err := d.m.ReadOrder(d.index)
 	if err != nil {

@@ -199,7 +199,7 @@ func TestResyncAfterAPassUpLostOnTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Quiet: nothing counted can still be on its way.
-	reset, _, err := d.Resync()
+	reset, _, err := resyncAfterQuiet(d)
 	if reset || err != nil || d.Pending() || d.Consumed() != k.divert {
 		t.Fatalf("Resync: reset %v err %v pending %v consumed %d, want the kernel's count %d and nothing pending",
 			reset, err, d.Pending(), d.Consumed(), k.divert)
@@ -216,6 +216,63 @@ func TestResyncAfterAPassUpLostOnTheHost(t *testing.T) {
 	}
 }
 
+// quiet is the quiet period the tests resynchronise after.
+const quiet = time.Second
+
+// resyncAfterQuiet calls Resync as a session's tick would after a quiet period: once to
+// see the kernel's count, and again a quiet period later.
+func resyncAfterQuiet(d *Daemon) (reset bool, next uint32, err error) {
+	t0 := time.Unix(1000, 0)
+	if reset, next, err = d.Resync(t0, quiet); reset || err != nil {
+		return reset, next, err
+	}
+	return d.Resync(t0.Add(quiet), quiet)
+}
+
+// The kernel passes up a packet at the end of a quiet period (it had delivered the flow
+// itself, and hands the ordering over at a gap), and a resync comes before the packet
+// reaches the daemon: the count has just moved, so the packet is still on its way, not
+// lost. Resync waits; the packet arrives and is resequenced, not dropped as late. Were
+// it lost, Resync adopts the count once it has stood still for the quiet period.
+func TestResyncWaitsForWhatWasJustPassedUp(t *testing.T) {
+	k := newKernel()
+	d := New(k, 1)
+	if err := d.Idle(0, true); err != nil {
+		t.Fatal(err)
+	}
+	k.packet(0, func() {}) // accepted: the kernel owns and delivers
+	if a := k.packet(2, nil); a != gap {
+		t.Fatalf("kernel %v, want a gap: seq 2 passed up", a)
+	}
+	t0 := time.Unix(1000, 0)
+	for _, at := range []time.Duration{0, quiet / 2} {
+		if _, _, err := d.Resync(t0.Add(at), quiet); err != nil || d.Stats().Resyncs != 0 || d.Consumed() != 0 {
+			t.Fatalf("Resync %v after the count moved: %v, %+v, consumed %d; want nothing done", at, err, d.Stats(), d.Consumed())
+		}
+	}
+	if _, _, err := d.OnData(PacketID{LinkSeq: 2}, t0.Add(quiet/2)); err != nil {
+		t.Fatalf("the passed-up packet arrives: %v, want it taken", err)
+	}
+	if st := d.Stats(); st.Late != 0 || st.Resyncs != 0 {
+		t.Errorf("stats %+v, want nothing late and no resync", st)
+	}
+
+	if a := k.packet(3, nil); a != daemonOwns {
+		t.Fatalf("kernel %v, want seq 3 passed up", a)
+	}
+	// seq 3 never reaches the daemon; its handback, stamped before it, is stale.
+	if err := d.Idle(3, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.Resync(t0.Add(2*quiet), quiet); err != nil || d.Stats().Resyncs != 0 {
+		t.Fatalf("first Resync after seq 3 was lost: %v, %+v; want the count only noted", err, d.Stats())
+	}
+	if _, _, err := d.Resync(t0.Add(3*quiet), quiet); err != nil || d.Stats().Resyncs != 1 || d.Consumed() != k.divert {
+		t.Errorf("Resync a quiet period later: %v, %+v, consumed %d; want the kernel's count %d adopted",
+			err, d.Stats(), d.Consumed(), k.divert)
+	}
+}
+
 // The lost packets were those of a handover that followed an accepted
 // handback: Resync reports where the kernel handed over, as OnData would.
 func TestResyncAfterAHandoverLostOnTheHost(t *testing.T) {
@@ -229,7 +286,7 @@ func TestResyncAfterAHandoverLostOnTheHost(t *testing.T) {
 		t.Fatalf("kernel %v, want a gap", a)
 	}
 	// seq 6 never reaches the daemon.
-	reset, next, err := d.Resync()
+	reset, next, err := resyncAfterQuiet(d)
 	if !reset || next != 5 || err != nil {
 		t.Fatalf("Resync: reset %v next %d err %v, want a restart at 5", reset, next, err)
 	}
@@ -255,7 +312,7 @@ func TestResyncWrongAboutAPacketDropsIt(t *testing.T) {
 	if err := d.Idle(1, true); err != nil { // stamped 1: stale
 		t.Fatal(err)
 	}
-	if _, _, err := d.Resync(); err != nil || d.Consumed() != 2 {
+	if _, _, err := resyncAfterQuiet(d); err != nil || d.Consumed() != 2 {
 		t.Fatalf("Resync: %v, consumed %d; want the kernel's 2", err, d.Consumed())
 	}
 	if err := d.Idle(2, true); err != nil || k.o.ReqStamp != 2 {
@@ -276,17 +333,17 @@ func TestResyncWrongAboutAPacketDropsIt(t *testing.T) {
 func TestResyncLeavesALiveRequest(t *testing.T) {
 	k := newKernel()
 	d := New(k, 1)
-	if reset, _, err := d.Resync(); reset || err != nil || d.Stats().Resyncs != 0 {
+	if reset, _, err := resyncAfterQuiet(d); reset || err != nil || d.Stats().Resyncs != 0 {
 		t.Fatalf("Resync with nothing posted: %v %v %+v", reset, err, d.Stats())
 	}
 	if err := d.Idle(0, true); err != nil {
 		t.Fatal(err)
 	}
-	if reset, _, err := d.Resync(); reset || err != nil || !d.Pending() || d.Stats().Resyncs != 0 {
+	if reset, _, err := resyncAfterQuiet(d); reset || err != nil || !d.Pending() || d.Stats().Resyncs != 0 {
 		t.Errorf("Resync with a live request: reset %v err %v pending %v %+v", reset, err, d.Pending(), d.Stats())
 	}
 	k.packet(0, func() {}) // accepted: the kernel owns, counts agree
-	if reset, _, err := d.Resync(); reset || err != nil || d.Stats().Resyncs != 0 {
+	if reset, _, err := resyncAfterQuiet(d); reset || err != nil || d.Stats().Resyncs != 0 {
 		t.Errorf("Resync while the kernel owns: reset %v err %v %+v", reset, err, d.Stats())
 	}
 }

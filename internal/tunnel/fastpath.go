@@ -52,8 +52,10 @@ type SessionPath interface {
 	// Resync is called while the resequencer is empty and no DATA packet of the session
 	// has reached the daemon for fastResyncQuiet: a packet the kernel passed up but the
 	// host lost (socket buffer full) would otherwise keep the ordering in userspace for
-	// good. restart as for OnData.
-	Resync() (restart bool, next uint32)
+	// good. It resynchronises only once the kernel's count of what it passed up has
+	// stood still for quiet too (now: the time of the call): a packet passed up at the
+	// end of a quiet period is still on its way. restart as for OnData.
+	Resync(now time.Time, quiet time.Duration) (restart bool, next uint32)
 
 	// SentOn returns what the kernel logged of the packets it sent on link id without
 	// a copy, for the link sequence numbers after after through through, in link order

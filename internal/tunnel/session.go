@@ -1143,7 +1143,7 @@ func (s *Session) mergeFastRx(links []*link, now time.Time) {
 	s.checkReceive()
 	s.rxMu.Lock()
 	if s.rxInFlight == 0 && s.reseq.Empty() && now.Sub(s.lastFastData) > fastResyncQuiet {
-		restart, next := s.fp.Resync()
+		restart, next := s.fp.Resync(now, fastResyncQuiet)
 		s.afterHandover(restart, next)
 	}
 	s.armHoldTimer(clock.Nanos())
