@@ -143,10 +143,9 @@ type Daemon struct {
 	epoch    uint32 // the kernel's epoch when the pending handback was posted
 	tally    tally
 	// The kernel's divert count as Resync last read it while it was not the daemon's,
-	// and since when it has stood there (counted: one was read).
-	resyncCount   uint64
-	resyncSince   time.Time
-	resyncCounted bool
+	// and since when it has stood there (zero: none read yet).
+	resyncCount uint64
+	resyncSince time.Time
 
 	stats Stats
 }
@@ -326,8 +325,8 @@ func (d *Daemon) Resync(now time.Time, quiet time.Duration) (reset bool, next ui
 	if count == d.consumed {
 		return false, 0, nil // the request can match: the next packet hands the ordering back
 	}
-	if !d.resyncCounted || count != d.resyncCount {
-		d.resyncCount, d.resyncSince, d.resyncCounted = count, now, true
+	if d.resyncSince.IsZero() || count != d.resyncCount {
+		d.resyncCount, d.resyncSince = count, now
 		return false, 0, nil // just passed up: it may still be on its way
 	}
 	if now.Sub(d.resyncSince) < quiet {

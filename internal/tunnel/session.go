@@ -841,13 +841,12 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 			go s.sendTrain(l, longTrain)
 		}
 		switch was := l.onReply(now, rtt); was {
+		// The new state has made the schedule due (setState).
 		case stateProbing, stateDown:
 			l.logger().Info("link up", "was", was, "rtt", rtt)
-			s.schedDue.Store(true)
 			go s.sendTrain(l, shortTrain) // not on the receive path: it sends datagrams
 		case stateSuspect:
 			l.logger().Info("link recovered: probe replies are back", "rtt", rtt)
-			s.schedDue.Store(true)
 		}
 	case wire.FeedbackBody:
 		s.onFeedback(now, h.Timestamp, body)
@@ -1110,7 +1109,7 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 		noticed := s.linkDown(l)
 		l.logger().Warn("link down", "cause", cause.String(), "down_after", s.cfg.DownAfter, "loss_notice_seqs", noticed)
 	}
-	s.schedDue.Store(true)
+	// The change made the schedule due already (setState).
 }
 
 // announceSuspect acts on a link that just went suspect: the packets it had in flight
