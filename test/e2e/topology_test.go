@@ -444,12 +444,14 @@ type iperfResult struct {
 }
 
 // iperf runs one TCP flow from the LAN host to the server (reverse: server to LAN host)
-// and returns the receiver's goodput in bit/s. A failed or broken transfer fails the test.
-func iperf(t testing.TB, n *testnet.Net, seconds int, reverse bool) float64 {
+// and returns the receiver's goodput in bit/s; extra are more iperf3 options. A failed
+// or broken transfer fails the test.
+func iperf(t testing.TB, n *testnet.Net, seconds int, reverse bool, extra ...string) float64 {
 	args := []string{"iperf3", "-c", server, "-t", strconv.Itoa(seconds), "-J", "--connect-timeout", "3000"}
 	if reverse {
 		args = append(args, "-R")
 	}
+	args = append(args, extra...)
 	waitIperfServerIdle(t, n, "5201")
 	out, err := n.Try("lan", args...)
 	var r iperfResult
