@@ -525,7 +525,13 @@ func (s *Session) refreshSchedule() {
 		s.aqm.SetTarget(target)
 		s.aqm.SetReaction(int64(aqmReaction(s.cfg.Probe, params, rtts)))
 		if s.fp != nil {
-			gap = time.Duration(s.aqm.Spacing(clock.Nanos(), s.bondQueue.Load(), s.bondQueueGen.Load(), int64(s.cfg.Probe)))
+			q := s.bondQueue.Load()
+			gap = time.Duration(s.aqm.Spacing(clock.Nanos(), q, s.bondQueueGen.Load(), int64(s.cfg.Probe)))
+			// Logged when it changes: the kernel's drops and marks show in its
+			// verdict counts only, not why they came when they did.
+			if int64(gap) != s.fpGap {
+				s.log.Debug("aqm spacing", "queue", time.Duration(q), "spacing", gap, "target", time.Duration(target))
+			}
 			s.fpGap = int64(gap)
 		}
 	}
