@@ -133,10 +133,12 @@ static __always_inline __u64 aggd_sched_start(__u64 now, __u64 backlog_end)
 }
 
 /*
- * Read the session's links for a packet of size bytes (the outer datagram:
- * inner packet + AGGD_OVERHEAD, as the Go side charges). size is at most
- * 64 KiB + overhead, so size * 8e9 fits 64 bits with room to spare; a rate
- * of 0 makes the link unusable (and BPF's division by zero yields 0).
+ * Read the session's links for a packet of size bytes (the outer datagram
+ * over IPv4: inner packet + AGGD_OVERHEAD, as the Go side charges). An IPv6
+ * link's datagram is AGGD_OVERHEAD6 - AGGD_OVERHEAD bytes longer, and its
+ * rate counts them (sched.LinkParams.OuterIPv6). size is at most 64 KiB +
+ * overhead, so size * 8e9 fits 64 bits with room to spare; a rate of 0 makes
+ * the link unusable (and BPF's division by zero yields 0).
  *
  * Usable: within nlinks, ifindex set, state UP or SUSPECT (unknown states,
  * from a newer daemon, count as down: the most conservative reading), rate
@@ -154,12 +156,13 @@ static __always_inline void aggd_sched_prepare(const struct aggd_fp_tx_session *
 	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
 		const struct aggd_fp_tx_link *l = &s->links[i];
 		__u64 state = l->state, cls = l->cls, flags = l->flags, rate = l->rate_bps;
-		__u64 u, eth, neigh, big;
+		__u64 u, eth, neigh, v6, big;
 
 		u = aggd_lt64(i, n) & aggd_nz64(l->ifindex) & aggd_nz64(rate) &
 		    (aggd_nz64((state - AGGD_FP_LINK_UP) & ~1ULL) ^ 1); /* state 1 or 2 */
 		eth = (flags / AGGD_FP_LINK_ETHERNET) & 1;
 		neigh = (flags / AGGD_FP_LINK_NEIGH_OK) & 1;
+		v6 = (flags / AGGD_FP_LINK_IPV6) & 1;
 		big = aggd_lt64(AGGD_LINK_CLASS_MAX, cls);
 		cls = aggd_sel64(big, AGGD_LINK_CLASS_MAX, cls) & 3;
 
@@ -167,7 +170,7 @@ static __always_inline void aggd_sched_prepare(const struct aggd_fp_tx_session *
 		ls->suspect |= (u & (aggd_nz64(state - AGGD_FP_LINK_SUSPECT) ^ 1)) << i;
 		ls->sendable |= (u & ((eth ^ 1) | neigh)) << i;
 		ls->cls[i] = u << cls;
-		ls->tx_ns[i] = (__u64)size * 8000000000ULL / rate;
+		ls->tx_ns[i] = ((__u64)size + v6 * (AGGD_OVERHEAD6 - AGGD_OVERHEAD)) * 8000000000ULL / rate;
 		ls->owd_us[i] = l->base_owd_us;
 	}
 }

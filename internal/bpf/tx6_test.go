@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"net/netip"
 	"testing"
 
 	"github.com/vishvananda/netns"
 
 	"github.com/aggd/aggd/internal/auth"
+	"github.com/aggd/aggd/internal/sched"
 	"github.com/aggd/aggd/internal/wire"
 )
 
@@ -259,4 +261,37 @@ func TestTxSuspectCopyAcrossIPVersions(t *testing.T) {
 			}
 		}
 	})
+}
+
+// An IPv6 link's datagrams are 20 bytes longer than an IPv4 link's, and its rate
+// counts them (sched.LinkParams.OuterIPv6): of two links at the same rate, the IPv6
+// one takes fewer of a backlogged session's small packets, in the ratio of the two
+// datagram sizes (156 and 176 bytes for a 100-byte packet), in the fast path as in
+// the Go scheduler. The rates are 10 kbit/s, so each packet adds over 0.1 s of
+// virtual backlog and the split depends on the algorithm alone (TestTxSchedulerSplit);
+// the tolerance is as there.
+func TestTxSchedulerChargesAnIPv6LinkItsLongerHeader(t *testing.T) {
+	tx := loadTxT(t)
+	links := []TxLink{l3Link(0, 10e3), l3Link6(1, 10e3)}
+	setTxSession(t, tx, 11, TxSession{Enabled: true, PeerIndex: 11, Key: testKey, MTU: 1500, Links: links})
+	setTxRoute(t, tx, "10.11.0.0/16", 11)
+	s := sched.New(sched.Config{})
+	s.SetLinks([]sched.LinkParams{
+		{ID: 0, Usable: true, RateBps: 10e3},
+		{ID: 1, Usable: true, RateBps: 10e3, OuterIPv6: true},
+	})
+
+	const n, size = 1000, 100
+	got := pickLinks(t, tx, netip.MustParseAddr("10.11.0.1"), n, size)
+	ref := goPicks(t, s, n, size)
+	four, six := float64(size+wire.Overhead), float64(size+wire.OverheadIPv6)
+	for id, share := range map[uint8]float64{0: six / (four + six), 1: four / (four + six)} {
+		want := share * n
+		if d := math.Abs(float64(got[id]) - want); d > 2 {
+			t.Errorf("fast path, link %d: %d packets, want %.0f ± 2 (all: %v)", id, got[id], want, got)
+		}
+		if d := math.Abs(float64(ref[id]) - want); d > 2 {
+			t.Errorf("Go scheduler, link %d: %d packets, want %.0f ± 2 (all: %v)", id, ref[id], want, ref)
+		}
+	}
 }

@@ -653,9 +653,28 @@ func pickSequence(t *testing.T, tx *Tx, dst netip.Addr, n, size int) []uint8 {
 		if ret != tcActRedirect {
 			t.Fatalf("packet %d: verdict %d; counters %v", i, ret, txVerdicts(t, tx))
 		}
-		ids = append(ids, out[14+20+8+2])
+		hdr := 14 + 20 + 8
+		if out[14]>>4 == 6 { // an IPv6 link's packet
+			hdr = 14 + 40 + 8
+		}
+		ids = append(ids, out[hdr+2])
 	}
 	return ids
+}
+
+// goPicks is pickLinks for the Go scheduler: n packets of size bytes, at a clock
+// that stands still, counted by link.
+func goPicks(t *testing.T, s *sched.Scheduler, n, size int) map[uint8]int {
+	t.Helper()
+	ref := map[uint8]int{}
+	for range n {
+		id, _, _, ok := s.Pick(0, size+wire.Overhead)
+		if !ok {
+			t.Fatal("Go scheduler found no link")
+		}
+		ref[id]++
+	}
+	return ref
 }
 
 // schedTwins sets up session slot (routed from 10.<slot>.0.0/16) with L3
@@ -694,14 +713,7 @@ func TestTxSchedulerSplit(t *testing.T) {
 	const n, size = 1000, 1000
 	got := pickLinks(t, tx, netip.MustParseAddr("10.5.0.1"), n, size)
 
-	ref := map[uint8]int{}
-	for range n {
-		id, _, _, ok := s.Pick(0, size+wire.Overhead)
-		if !ok {
-			t.Fatal("Go scheduler found no link")
-		}
-		ref[id]++
-	}
+	ref := goPicks(t, s, n, size)
 	for i, r := range rates {
 		want := float64(n) * float64(r) / 100e3
 		if d := math.Abs(float64(got[uint8(i)]) - want); d > 2 {

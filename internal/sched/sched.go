@@ -48,7 +48,15 @@ type LinkParams struct {
 	BaseOWD int64   // one-way delay without queueing, ns
 	// PinnedWeight > 0 pins this link's share (user override); 0 leaves it automatic.
 	PinnedWeight float64
+	// OuterIPv6: the link's packets travel in IPv6, whose header is OuterIPv6Extra
+	// bytes longer than the IPv4 one the sizes given to Pick, Charge and StandbyCopy
+	// count. A link's rate is measured in the bytes its wire carries, so each of its
+	// packets costs it that much more time.
+	OuterIPv6 bool
 }
+
+// OuterIPv6Extra is how much longer an IPv6 header (40 bytes) is than an IPv4 one (20).
+const OuterIPv6Extra = 20
 
 // Config tunes a Scheduler. The zero value is usable.
 type Config struct {
@@ -141,7 +149,8 @@ func (s *Scheduler) Charge(id uint8, now int64, size int) {
 	}
 }
 
-// Pick chooses the link for a packet of size bytes sent at now and charges its
+// Pick chooses the link for a packet of size bytes sent at now (the datagram with an
+// outer IPv4 and UDP header: wire.Overhead more than the inner packet) and charges its
 // virtual backlog. If that link is suspect it also chooses a second link for a
 // duplicate (hasDup) and charges that one too. ok is false when no link is usable.
 //
@@ -399,8 +408,14 @@ func (l *linkState) pinned() bool { return l.PinnedWeight > 0 && !math.IsInf(l.P
 // holds it.
 func (l *linkState) weight() int64 { return int64(l.RateBps) }
 
-// txTime is how long the link takes to send size bytes, ns.
-func (l *linkState) txTime(size int) int64 { return int64(float64(size) * l.nsPerByte) }
+// txTime is how long the link takes to send a datagram of size bytes over IPv4, ns:
+// over IPv6, OuterIPv6Extra bytes more.
+func (l *linkState) txTime(size int) int64 {
+	if l.OuterIPv6 {
+		size += OuterIPv6Extra
+	}
+	return int64(float64(size) * l.nsPerByte)
+}
 
 // arrival is the packet's expected arrival time on this link.
 func (l *linkState) arrival(now int64, size int) int64 {

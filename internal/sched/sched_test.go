@@ -55,6 +55,23 @@ func TestSaturationSplitsInProportionToRate(t *testing.T) {
 	}
 }
 
+// An IPv6 link's datagrams are OuterIPv6Extra bytes longer than the IPv4 size Pick is
+// given, and its rate counts them: of two links at the same rate, saturated with small
+// packets, the IPv6 one carries fewer, in the ratio of the two datagram sizes.
+func TestAnIPv6LinkIsChargedItsLongerHeader(t *testing.T) {
+	s := New(Config{})
+	six := primary(2, 10*mbit, 5*ms)
+	six.OuterIPv6 = true
+	s.SetLinks([]LinkParams{primary(1, 10*mbit, 5*ms), six})
+	const n, size = 33200, 156 // 100-byte inner packets; 176 bytes over IPv6
+	counts := offer(t, s, 0, interval(20*mbit, size), n, size, nil)
+	for id, want := range map[uint8]float64{1: 176.0 / 332, 2: 156.0 / 332} {
+		if got := float64(counts[id]) / n; math.Abs(got-want) > 0.002 {
+			t.Errorf("link %d got share %.4f, want %.4f ± 0.002 (counts %v)", id, got, want, counts)
+		}
+	}
+}
+
 func TestLightTrafficRidesTheLowestDelayLink(t *testing.T) {
 	s := New(Config{})
 	s.SetLinks([]LinkParams{

@@ -259,8 +259,10 @@ func (a *rxAccount) owdSample(owd int32) {
 	}
 }
 
-// addDelivered adds what the fast path delivered on the link since the last look.
-func (a *rxAccount) addDelivered(d RxDelta, now time.Time) {
+// addDelivered adds what the fast path delivered on the link since the last look. The
+// kernel counts inner bytes; perPacket is what each packet carried besides (the aggd
+// header and the outer IP and UDP headers), so that its bytes count as account's do.
+func (a *rxAccount) addDelivered(d RxDelta, perPacket uint64, now time.Time) {
 	if d.Packets == 0 {
 		return
 	}
@@ -274,7 +276,7 @@ func (a *rxAccount) addDelivered(d RxDelta, now time.Time) {
 		a.highLinkSeq = d.MaxLinkSeq
 	}
 	a.packets += uint32(d.Packets)
-	a.bytes += d.Bytes + uint64(d.Packets)*2*wire.HeaderLen // as account: aggd header + outer IPv4/UDP (also 28)
+	a.bytes += d.Bytes + uint64(d.Packets)*perPacket
 	if d.HaveOWD {
 		a.owdSample(d.OWD)
 	}
@@ -852,6 +854,7 @@ func (l *link) params() sched.LinkParams {
 		ID: l.spec.ID, Usable: l.state.inSchedule(), Suspect: l.state == stateSuspect,
 		Class: l.spec.Class, RateBps: rate,
 		BaseOWD: int64(l.rttNs / 2), PinnedWeight: l.spec.Weight,
+		OuterIPv6: l.outerLen() > wire.Overhead-wire.HeaderLen,
 	}
 }
 

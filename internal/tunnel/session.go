@@ -302,7 +302,7 @@ func (s *Session) SendData(buf []byte) bool {
 	if s.entryAQMDrops(now, buf[wire.HeaderLen:]) {
 		return true
 	}
-	primary, dup, hasDup, ok := s.sched.Pick(now, len(buf)+20+8)
+	primary, dup, hasDup, ok := s.sched.Pick(now, len(buf)+20+8) // over IPv4 (an IPv6 link adds its own)
 	if !ok {
 		return false
 	}
@@ -450,8 +450,9 @@ func (s *Session) sendDataOn(id uint8, k *keyGen, seq uint32, flags uint8, copie
 	}
 	s.kept.sentOn(seq, id)
 	l.m.txPackets.Inc()
-	l.m.txBytes.Add(float64(len(buf) + 28))
-	l.txData.Add(uint64(len(buf) + 28))
+	onWire := len(buf) + l.outerLen()
+	l.m.txBytes.Add(float64(onWire))
+	l.txData.Add(uint64(onWire))
 	l.txPkts.Add(1)
 	if flags&wire.FlagDuplicate != 0 {
 		l.m.dup.Inc()
@@ -663,7 +664,7 @@ func (s *Session) sendControlStamped(l *link, t wire.Type, seq, linkSeq uint32, 
 		l.logger().Debug("control send failed", "type", t, "err", err)
 		return
 	}
-	onWire := float64(len(pkt) + 28) // outer IPv4 + UDP
+	onWire := float64(len(pkt) + l.outerLen())
 	l.m.txPackets.Inc()
 	l.m.txBytes.Add(onWire)
 	if int(t) < len(s.controlTx) && s.controlTx[t].bytes != nil {
@@ -745,7 +746,7 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 			// its link, and the link's accounting must show that: a suspect link whose
 			// copies won every race looked to the sender as if nothing arrived on it,
 			// and stayed suspect for good (quiet.go), its packets counted lost.
-			l.rx.account(h, len(pkt)+28, s.owd.rel(clock.Micros32(clock.Nanos())-h.Timestamp), now, s.fp == nil)
+			l.rx.account(h, len(pkt)+l.outerLen(), s.owd.rel(clock.Micros32(clock.Nanos())-h.Timestamp), now, s.fp == nil)
 			return wire.ReasonReplay, false
 		}
 	} else {
@@ -764,10 +765,10 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 	s.follow(l, from)
 	s.evidenceBack(l) // before its data reaches the resequencer
 	l.m.rxPackets.Inc()
-	l.m.rxBytes.Add(float64(len(pkt) + 28))
+	l.m.rxBytes.Add(float64(len(pkt) + l.outerLen()))
 	if h.Type == wire.TypeData {
 		nanos := clock.Nanos()
-		gap := l.rx.account(h, len(pkt)+28, s.owd.rel(clock.Micros32(nanos)-h.Timestamp), now, s.fp == nil)
+		gap := l.rx.account(h, len(pkt)+l.outerLen(), s.owd.rel(clock.Micros32(nanos)-h.Timestamp), now, s.fp == nil)
 		if gap.lost > 0 {
 			l.m.lost.Add(float64(gap.lost))
 		}
@@ -1137,9 +1138,10 @@ func (s *Session) mergeFastRx(links []*link, now time.Time) {
 			if d.HaveOWD {
 				d.OWD = s.owd.rel(uint32(d.OWD)) // the kernel's raw sample, into the frame
 			}
-			l.rx.addDelivered(d, time.Now())
+			perPacket := uint64(wire.HeaderLen + l.outerLen()) // the kernel counts inner bytes
+			l.rx.addDelivered(d, perPacket, time.Now())
 			l.m.rxPackets.Add(float64(d.Packets))
-			l.m.rxBytes.Add(float64(d.Bytes + 56*d.Packets))
+			l.m.rxBytes.Add(float64(d.Bytes + perPacket*d.Packets))
 		}
 		if lost := l.rx.settleLoss(); lost > 0 {
 			l.m.lost.Add(float64(lost))
@@ -1170,8 +1172,9 @@ func (s *Session) mergeFastTx(links []*link) {
 		if d, ok := sent[l.spec.ID]; ok {
 			kernelSent = kernelSent || d.Packets > 0
 			l.m.txPackets.Add(float64(d.Packets))
-			l.m.txBytes.Add(float64(d.Bytes + 2*wire.HeaderLen*d.Packets)) // as sendDataOn counts
-			l.txData.Add(d.Bytes + 2*wire.HeaderLen*d.Packets)
+			onWire := d.Bytes + uint64(wire.HeaderLen+l.outerLen())*d.Packets // as sendDataOn counts
+			l.m.txBytes.Add(float64(onWire))
+			l.txData.Add(onWire)
 			l.txPkts.Add(d.Packets)
 			l.m.dup.Add(float64(d.Copies))
 		}

@@ -362,10 +362,7 @@ func (s *Session) sendTrain(l *link, n int) {
 // newTrain is the link's next train, of n probes: a long one carries the short one's
 // measure, which stands if the long one measures nothing. Caller holds mu.
 func (l *link) newTrain(n int) *train {
-	t := &train{probes: n, sent: time.Now(), outer: wire.Overhead - wire.HeaderLen}
-	if r := l.remote.Load(); r != nil {
-		t.outer = wire.OverheadFor(r.Addr()) - wire.HeaderLen
-	}
+	t := &train{probes: n, sent: time.Now(), outer: l.outerLen()}
 	if l.train != nil && n == longTrain {
 		t.fallback = l.train.measured
 	}
