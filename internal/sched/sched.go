@@ -139,10 +139,10 @@ func (s *Scheduler) Backlog(now int64, id uint8) (int64, bool) {
 	return max(0, l.backlogEnd-now), true
 }
 
-// Charge adds a packet of size bytes sent at now on link id to its virtual backlog:
-// for packets the caller sends on a link of its own choosing (a dead link's packets
-// re-sent elsewhere), so that the next picks see the queue they make. An unknown link
-// is ignored.
+// Charge adds a packet of size bytes (counted as Pick's, over IPv4) sent at now on link
+// id to its virtual backlog: for packets the caller sends on a link of its own choosing
+// (a dead link's packets re-sent elsewhere), so that the next picks see the queue they
+// make. An unknown link is ignored.
 func (s *Scheduler) Charge(id uint8, now int64, size int) {
 	if l := s.find(id); l != nil {
 		s.charge(l, now, size)
