@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"math"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aggd/aggd/internal/testnet"
 )
 
 // An uplink with IPv6 only (DS-Lite cable, an IPv6-only mobile network) joins the bond
@@ -14,7 +17,9 @@ import (
 // TCP flow each way uses all three links. With the fast path asked for (the suite's
 // second run), the kernel sends on the IPv6 link too, both ways, the CPE by a
 // link-local next hop: what left each side's IPv6-only interface without passing its
-// daemon's UDP sockets says so.
+// daemon's UDP sockets says so. The CPE counts the IPv6 link's bytes as its wire
+// carries them, 48 bytes of outer header a packet where an IPv4 link's carry 28: per
+// packet, its count differs from its interface's as little as the IPv4 links' do.
 func TestIPv6OnlyUplink(t *testing.T) {
 	const v6 = 3
 	n := buildTopologyWith(t, "a6", topologyOptions{shaped: true, ipv6Uplink: v6})
@@ -37,12 +42,14 @@ func TestIPv6OnlyUplink(t *testing.T) {
 	sides := []struct{ ns, dev string }{{"cpe", "up3"}, {"hub", "hl3"}}
 	socketBefore, linkBefore, csumBefore := map[string]int{}, map[string]int{}, map[string]int{}
 	for _, s := range sides {
-		socketBefore[s.ns], linkBefore[s.ns] = udp6Out(t, n, s.ns), txPackets(t, n, s.ns, s.dev)
+		socketBefore[s.ns], linkBefore[s.ns] = udp6Out(t, n, s.ns), ifaceStat(t, n, s.ns, s.dev, "tx_packets")
 		csumBefore[s.ns] = snmp6(t, n, s.ns, "Udp6InCsumErrors")
 	}
+	sentBefore := cpeUplinksSent(t, n, b)
 	singleFlowOverAllLinks(t, n, b, 0.05)
+	checkSentBytesCountTheOuterHeader(t, sentBefore, cpeUplinksSent(t, n, b))
 	for _, s := range sides {
-		bySocket, onLink := udp6Out(t, n, s.ns)-socketBefore[s.ns], txPackets(t, n, s.ns, s.dev)-linkBefore[s.ns]
+		bySocket, onLink := udp6Out(t, n, s.ns)-socketBefore[s.ns], ifaceStat(t, n, s.ns, s.dev, "tx_packets")-linkBefore[s.ns]
 		t.Logf("%s's %s sent %d packets, %d of them from its UDP sockets", s.ns, s.dev, onLink, bySocket)
 		// What the other side's kernel sent and its receive program handed to this
 		// daemon's socket (a gap, a control message) had its checksum checked there.
@@ -90,16 +97,61 @@ func linkLocal(t *testing.T, n interface {
 	}
 }
 
-// txPackets is an interface's count of packets sent, in a namespace.
-func txPackets(t *testing.T, n interface {
+// ifaceStat is one of an interface's counters (statistics/name: tx_packets,
+// tx_bytes), in a namespace.
+func ifaceStat(t *testing.T, n interface {
 	Run(ns string, args ...string) string
-}, ns, dev string) int {
+}, ns, dev, name string) int {
 	t.Helper()
-	v, err := strconv.Atoi(strings.TrimSpace(n.Run(ns, "cat", "/sys/class/net/"+dev+"/statistics/tx_packets")))
+	v, err := strconv.Atoi(strings.TrimSpace(n.Run(ns, "cat", "/sys/class/net/"+dev+"/statistics/"+name)))
 	if err != nil {
-		t.Fatalf("tx_packets of %s in %s: %v", dev, ns, err)
+		t.Fatalf("%s of %s in %s: %v", name, dev, ns, err)
 	}
 	return v
+}
+
+// uplinkSent is what the CPE's daemon counted as sent on an uplink (its metrics), and
+// what the uplink's interface counted.
+type uplinkSent struct{ bytes, packets, ifaceBytes, ifacePackets float64 }
+
+// cpeUplinksSent reads uplinkSent for each of the CPE's uplinks, by interface name
+// (each link is named after its interface).
+func cpeUplinksSent(t *testing.T, n *testnet.Net, b *bond) map[string]uplinkSent {
+	t.Helper()
+	m, err := b.metrics("cpe")
+	if err != nil {
+		t.Fatalf("metrics of the CPE: %v", err)
+	}
+	out := map[string]uplinkSent{}
+	for _, dev := range []string{"up1", "up2", "up3"} {
+		label := `{link="` + dev + `",peer="headend"}`
+		out[dev] = uplinkSent{
+			bytes: m["aggd_link_transmit_bytes_total"+label], packets: m["aggd_link_transmit_packets_total"+label],
+			ifaceBytes:   float64(ifaceStat(t, n, "cpe", dev, "tx_bytes")),
+			ifacePackets: float64(ifaceStat(t, n, "cpe", dev, "tx_packets")),
+		}
+	}
+	return out
+}
+
+// checkSentBytesCountTheOuterHeader compares, between two readings, the bytes a packet
+// the CPE counted on its IPv6-only up3 with what its interface counted, against the
+// same on the IPv4 up1 and up2. Per packet, so that the packets only one side counts
+// (the qdisc's drops, neighbour discovery) hardly matter, and against the IPv4 links,
+// so that whatever an interface counts besides the IP packet cancels out. Counted as
+// IPv4, up3's packets came 20 bytes short (19.96 in a run of the code before).
+func checkSentBytesCountTheOuterHeader(t *testing.T, before, after map[string]uplinkSent) {
+	t.Helper()
+	more := func(dev string) float64 { // bytes a packet the daemon counted beyond its interface
+		a, b := after[dev], before[dev]
+		return (a.bytes-b.bytes)/(a.packets-b.packets) - (a.ifaceBytes-b.ifaceBytes)/(a.ifacePackets-b.ifacePackets)
+	}
+	v4, v6 := (more("up1")+more("up2"))/2, more("up3")
+	t.Logf("bytes a packet the CPE counted beyond its interfaces: %.2f on the IPv4 links, %.2f on the IPv6 one", v4, v6)
+	if math.IsNaN(v6-v4) || math.Abs(v6-v4) > 5 {
+		t.Errorf("the CPE counted %.2f bytes a packet beyond what up3's interface did, against %.2f on the IPv4 links: "+
+			"an IPv6 link's bytes must count its 48-byte outer header as an IPv4 link's count its 28", v6, v4)
+	}
 }
 
 // An IPv6-only uplink follows its interface's address as an IPv4 one does (an LTE
