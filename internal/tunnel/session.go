@@ -764,11 +764,13 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 	}
 	s.follow(l, from)
 	s.evidenceBack(l) // before its data reaches the resequencer
+	// After follow: the peer's address, and with it the outer header, may have changed.
+	onWire := len(pkt) + l.outerLen()
 	l.m.rxPackets.Inc()
-	l.m.rxBytes.Add(float64(len(pkt) + l.outerLen()))
+	l.m.rxBytes.Add(float64(onWire))
 	if h.Type == wire.TypeData {
 		nanos := clock.Nanos()
-		gap := l.rx.account(h, len(pkt)+l.outerLen(), s.owd.rel(clock.Micros32(nanos)-h.Timestamp), now, s.fp == nil)
+		gap := l.rx.account(h, onWire, s.owd.rel(clock.Micros32(nanos)-h.Timestamp), now, s.fp == nil)
 		if gap.lost > 0 {
 			l.m.lost.Add(float64(gap.lost))
 		}
