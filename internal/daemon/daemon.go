@@ -143,7 +143,7 @@ func RunCPE(ctx context.Context, cfg *config.CPE, opts Options, log *slog.Logger
 	}
 	uw := &uplinkWatch{log: log, m: m, cpe: cpe, uplinks: cfg.Uplinks, headend: headend, created: created,
 		tunName: dev.Name(), autoMTU: cfg.Tunnel.MTU == 0, raiseAfter: cfg.Tunnel.MTURaiseAfter, mtuChanged: mtuChanged,
-		uplinkChanged: uplinkChanged}
+		uplinkChanged: uplinkChanged, neighbours: newNeighbourRechecks(ctx)}
 	if err := uw.watch(ctx); err != nil {
 		log.Warn("not watching the uplinks: a dead uplink leaves the bond only when its probes go unanswered, and an address change is not followed", "err", err)
 	}
@@ -239,12 +239,13 @@ func RunHeadend(ctx context.Context, cfg *config.Headend, opts Options, log *slo
 	var running atomic.Pointer[tunnel.Headend]
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
+	neighbours := newNeighbourRechecks(wctx)
 	watchNewInterfaces(wctx, log, sh, func() []string { return headendInterfaces(cfg, dev.Name()) },
 		func(name string) { interfaceCreated(log, sh, fp, name) },
-		func(name string) { interfaceDeleted(sh, fp, name) },
+		func(name string) { interfaceDeleted(sh, fp, name); neighbours.carrier(log, name, false) },
 		func(name string, index int, up bool) {
 			if at, ok := sh.attached()[name]; ok && at == index {
-				interfaceCarrier(log, fp, name, up)
+				interfaceCarrier(log, fp, neighbours, name, up)
 			}
 			if he := running.Load(); he != nil {
 				he.InterfaceCarrier(index, up)

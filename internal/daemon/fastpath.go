@@ -255,15 +255,14 @@ func interfaceDeleted(sh *shield, fp *fastPath, name string) {
 // links' next hops up afresh, and at the carrier's return the neighbour entries left
 // unresolved meanwhile (by the transmit program's redirects in the moment before the
 // links on it were found down, or by probes while it had no carrier) are deleted, so
-// that they resolve at once instead of a retrans time later.
-func interfaceCarrier(log *slog.Logger, fp *fastPath, name string, up bool) {
+// that they resolve at once instead of a retrans time later; those still unanswered in
+// the moments after are deleted again (neighbourRechecks).
+func interfaceCarrier(log *slog.Logger, fp *fastPath, neighbours *neighbourRechecks, name string, up bool) {
 	log.Info("interface carrier changed", "interface", name, "up", up)
 	if fp != nil {
 		fp.uplinkChanged(name)
 	}
-	if up {
-		deleteUnresolvedNeighbours(log, name)
-	}
+	neighbours.carrier(log, name, up)
 }
 
 // interfaceCreated attaches the shield and, behind it, the receive program to an

@@ -40,6 +40,9 @@ type uplinkWatch struct {
 	// uplinkChanged tells the fast path that an uplink's interface changed, so that it
 	// looks its links' next hops up afresh; nil without it.
 	uplinkChanged func(ifname string)
+	// neighbours deletes an uplink's unresolved neighbour entries at its carrier's
+	// return and in the moments after.
+	neighbours *neighbourRechecks
 
 	// Only the event goroutine touches these.
 	//
@@ -118,6 +121,9 @@ func (uw *uplinkWatch) handle(e netwatch.Event) {
 	if uw.uplinkChanged != nil {
 		uw.uplinkChanged(e.Interface)
 	}
+	if e.Kind == netwatch.CarrierLost || e.Kind == netwatch.Deleted {
+		uw.neighbours.carrier(uw.log, e.Interface, false) // the rechecks of its last return stop
+	}
 	switch e.Kind {
 	case netwatch.CarrierLost:
 		uw.cpe.UplinkCarrier(id, false)
@@ -147,27 +153,14 @@ func (uw *uplinkWatch) handle(e netwatch.Event) {
 //     left one behind, whose first solicitation went nowhere; the kernel asks again only
 //     a second later, and the link's packets to that next hop were lost until then
 //     while its probes, sent to another, got through (netcfg.FlushUnresolvedNeighbours).
+//     Those still unanswered in the moments after are deleted again (neighbourRechecks).
 func (uw *uplinkWatch) prepareReturn(id int) {
 	u := uw.uplinks[id]
 	if err := uw.putBackGatewayRoute(id); err != nil {
 		uw.log.Debug("route to the headend through the uplink's gateway not put back yet; it is when the uplink's address comes",
 			"link", u.Name, "err", err)
 	}
-	deleteUnresolvedNeighbours(uw.log.With("link", u.Name), u.Interface)
-}
-
-// deleteUnresolvedNeighbours deletes an interface's neighbour entries left unresolved
-// while it was down (netcfg.FlushUnresolvedNeighbours), and logs what it did.
-func deleteUnresolvedNeighbours(log *slog.Logger, ifname string) {
-	n, err := netcfg.FlushUnresolvedNeighbours(ifname)
-	if err != nil {
-		log.Warn("cannot delete the interface's unresolved neighbour entries; a next hop left unresolved while it was down may take a second to answer",
-			"interface", ifname, "err", err)
-	}
-	if n > 0 {
-		log.Info("neighbour entries left unresolved while the interface was down deleted, so that they resolve at once",
-			"interface", ifname, "entries", n)
-	}
+	uw.neighbours.carrier(uw.log.With("link", u.Name), u.Interface, true)
 }
 
 // onCreated rebuilds what was bound to the uplink's old interface: the receive

@@ -3,6 +3,7 @@ package netcfg
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -19,7 +20,11 @@ import (
 // time (a second by default), and everything sent to that next hop meanwhile waits in
 // the entry's small queue or is dropped. Deleted, the entry is created afresh by the
 // next packet or probe, and its solicitation goes out at once.
-func FlushUnresolvedNeighbours(name string) (int, error) {
+//
+// olderThan spares the entries that entered their state less than that long ago (0:
+// none): a recheck after the return deletes only those whose question went unanswered,
+// not one a packet created a moment ago.
+func FlushUnresolvedNeighbours(name string, olderThan time.Duration) (int, error) {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
 		return 0, fmt.Errorf("netcfg: find uplink %s: %w", name, err)
@@ -32,7 +37,7 @@ func FlushUnresolvedNeighbours(name string) (int, error) {
 	var errs []error
 	for i := range neighs {
 		n := &neighs[i]
-		if n.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED) == 0 {
+		if n.State&(netlink.NUD_INCOMPLETE|netlink.NUD_FAILED) == 0 || neighbourAge(n) < olderThan {
 			continue
 		}
 		if err := netlink.NeighDel(n); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -42,4 +47,13 @@ func FlushUnresolvedNeighbours(name string) (int, error) {
 		deleted++
 	}
 	return deleted, errors.Join(errs...)
+}
+
+// userHZ is the unit of a neighbour entry's times in netlink (NDA_CACHEINFO): clock
+// ticks of USER_HZ, which is 100 on Linux whatever the kernel's own HZ.
+const userHZ = 100
+
+// neighbourAge is how long ago the entry entered its state.
+func neighbourAge(n *netlink.Neigh) time.Duration {
+	return time.Duration(n.Updated) * time.Second / userHZ
 }

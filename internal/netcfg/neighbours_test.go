@@ -1,8 +1,10 @@
 package netcfg
 
 import (
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aggd/aggd/internal/testnet"
 )
@@ -29,7 +31,7 @@ func TestFlushUnresolvedNeighboursKeepsTheResolved(t *testing.T) {
 	}
 
 	var deleted int
-	if err := n.Do("a", func() (err error) { deleted, err = FlushUnresolvedNeighbours("nb0"); return err }); err != nil {
+	if err := n.Do("a", func() (err error) { deleted, err = FlushUnresolvedNeighbours("nb0", 0); return err }); err != nil {
 		t.Fatal(err)
 	}
 	after := n.Run("a", "ip", "neigh", "show", "dev", "nb0")
@@ -47,7 +49,37 @@ func TestFlushUnresolvedNeighboursKeepsTheResolved(t *testing.T) {
 		}
 	}
 
-	if err := n.Do("a", func() error { _, err := FlushUnresolvedNeighbours("nb9"); return err }); err == nil || !strings.Contains(err.Error(), "nb9") {
+	if err := n.Do("a", func() error { _, err := FlushUnresolvedNeighbours("nb9", 0); return err }); err == nil || !strings.Contains(err.Error(), "nb9") {
 		t.Errorf("a missing interface: error %v, want one naming it", err)
+	}
+}
+
+// A recheck after the carrier's return deletes the entries left unanswered, not one a
+// packet has just created, whose question is still on its way.
+func TestFlushUnresolvedNeighboursSparesTheJustAsked(t *testing.T) {
+	n := testnet.New(t, "nd")
+	n.AddNS("a", "b")
+	n.Veth("a", "nb0", "10.0.0.1/24", "b", "nb1", "") // nb1 has no address: nothing resolves
+	_, _ = n.Try("a", "ping", "-c1", "-W0.1", "10.0.0.9")
+	time.Sleep(time.Second) // 10.0.0.9 has waited over a second for its answer
+
+	var deleted int
+	if err := n.Do("a", func() error {
+		c, err := net.Dial("udp", "10.0.0.10:9") // 10.0.0.10 is asked for now
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte("x")); err != nil {
+			return err
+		}
+		deleted, err = FlushUnresolvedNeighbours("nb0", 500*time.Millisecond)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	after := n.Run("a", "ip", "neigh", "show", "dev", "nb0")
+	if deleted != 1 || strings.Contains(after, "10.0.0.9 ") || !strings.Contains(after, "10.0.0.10 ") {
+		t.Errorf("deleted %d entries; want only 10.0.0.9's, unanswered for a second, not 10.0.0.10's, just asked:\n%s", deleted, after)
 	}
 }
