@@ -35,13 +35,16 @@ const unansweredAfter = 100 * time.Millisecond
 // ends.
 type neighbourRechecks struct {
 	ctx context.Context
+	// at is recheckAt, and flush netcfg.FlushUnresolvedNeighbours, but in tests.
+	at    []time.Duration
+	flush func(ifname string, olderThan time.Duration) (int, error)
 
 	mu  sync.Mutex
 	gen map[string]uint64 // per interface: the current return; a carrier change ends it
 }
 
 func newNeighbourRechecks(ctx context.Context) *neighbourRechecks {
-	return &neighbourRechecks{ctx: ctx, gen: make(map[string]uint64)}
+	return &neighbourRechecks{ctx: ctx, at: recheckAt, flush: netcfg.FlushUnresolvedNeighbours, gen: make(map[string]uint64)}
 }
 
 // carrier is told that interface ifname lost its carrier (up false: the rechecks of its
@@ -55,24 +58,24 @@ func (r *neighbourRechecks) carrier(log *slog.Logger, ifname string, up bool) {
 	if !up {
 		return
 	}
-	deleteUnresolvedNeighbours(log, ifname, 0)
+	r.delete(log, ifname, 0)
 	r.after(log, ifname, gen, 0)
 }
 
 // after plans recheck i of the return gen of interface ifname.
 func (r *neighbourRechecks) after(log *slog.Logger, ifname string, gen uint64, i int) {
-	if i >= len(recheckAt) {
+	if i >= len(r.at) {
 		return
 	}
-	wait := recheckAt[i]
+	wait := r.at[i]
 	if i > 0 {
-		wait -= recheckAt[i-1]
+		wait -= r.at[i-1]
 	}
 	time.AfterFunc(wait, func() {
 		if !r.current(ifname, gen) {
 			return
 		}
-		deleteUnresolvedNeighbours(log, ifname, recheckAt[i])
+		r.delete(log, ifname, r.at[i])
 		r.after(log, ifname, gen, i+1)
 	})
 }
@@ -87,16 +90,15 @@ func (r *neighbourRechecks) current(ifname string, gen uint64) bool {
 	return r.gen[ifname] == gen
 }
 
-// deleteUnresolvedNeighbours deletes an interface's unresolved neighbour entries
-// (netcfg.FlushUnresolvedNeighbours) and logs what it did: at the carrier's return
-// (since 0) all of them, left unresolved while it was down; at a recheck since the
-// return, those left unanswered for unansweredAfter.
-func deleteUnresolvedNeighbours(log *slog.Logger, ifname string, since time.Duration) {
+// delete deletes an interface's unresolved neighbour entries and logs what it did: at
+// the carrier's return (since 0) all of them, left unresolved while it was down; at a
+// recheck since the return, those left unanswered for unansweredAfter.
+func (r *neighbourRechecks) delete(log *slog.Logger, ifname string, since time.Duration) {
 	olderThan := time.Duration(0)
 	if since > 0 {
 		olderThan = unansweredAfter
 	}
-	n, err := netcfg.FlushUnresolvedNeighbours(ifname, olderThan)
+	n, err := r.flush(ifname, olderThan)
 	if err != nil {
 		log.Warn("cannot delete the interface's unresolved neighbour entries; a next hop left unresolved may take a second to answer",
 			"interface", ifname, "err", err)
