@@ -59,25 +59,13 @@ func (r *neighbourRechecks) carrier(log *slog.Logger, ifname string, up bool) {
 		return
 	}
 	r.delete(log, ifname, 0)
-	r.after(log, ifname, gen, 0)
-}
-
-// after plans recheck i of the return gen of interface ifname.
-func (r *neighbourRechecks) after(log *slog.Logger, ifname string, gen uint64, i int) {
-	if i >= len(r.at) {
-		return
+	for _, at := range r.at {
+		time.AfterFunc(at, func() {
+			if r.current(ifname, gen) {
+				r.delete(log, ifname, at)
+			}
+		})
 	}
-	wait := r.at[i]
-	if i > 0 {
-		wait -= r.at[i-1]
-	}
-	time.AfterFunc(wait, func() {
-		if !r.current(ifname, gen) {
-			return
-		}
-		r.delete(log, ifname, r.at[i])
-		r.after(log, ifname, gen, i+1)
-	})
 }
 
 // current reports whether gen is still interface ifname's return, and the daemon runs.

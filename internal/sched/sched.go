@@ -36,6 +36,8 @@ package sched
 import (
 	"math"
 	"slices"
+
+	"github.com/aggd/aggd/internal/wire"
 )
 
 // LinkParams is what the control plane knows about one link at the moment.
@@ -56,7 +58,7 @@ type LinkParams struct {
 }
 
 // OuterIPv6Extra is how much longer an IPv6 header (40 bytes) is than an IPv4 one (20).
-const OuterIPv6Extra = 20
+const OuterIPv6Extra = wire.OverheadIPv6 - wire.Overhead
 
 // Config tunes a Scheduler. The zero value is usable.
 type Config struct {

@@ -302,7 +302,7 @@ func (s *Session) SendData(buf []byte) bool {
 	if s.entryAQMDrops(now, buf[wire.HeaderLen:]) {
 		return true
 	}
-	primary, dup, hasDup, ok := s.sched.Pick(now, len(buf)+20+8) // over IPv4 (an IPv6 link adds its own)
+	primary, dup, hasDup, ok := s.sched.Pick(now, len(buf)+wire.Overhead-wire.HeaderLen) // over IPv4 (an IPv6 link adds its own)
 	if !ok {
 		return false
 	}

@@ -128,19 +128,21 @@ func TestUplinkBackFromAMomentDownCarriesData(t *testing.T) {
 			startIperfServer(t, n)
 			var rxBack float64
 			flapped := make(chan error, 1)
-			steps := [][]string{{"ip", "link", "set", c.ifc, "down"}, {"sleep", c.downFor}, {"ip", "link", "set", c.ifc, "up"}}
+			type step struct {
+				ns  string
+				cmd []string
+			}
+			steps := []step{{c.ns, []string{"ip", "link", "set", c.ifc, "down"}}, {c.ns, []string{"sleep", c.downFor}},
+				{c.ns, []string{"ip", "link", "set", c.ifc, "up"}}}
 			if c.deafFor != "" {
-				steps = append(append([][]string{{"nft", deafARP}}, steps...), []string{"sleep", c.deafFor}, []string{"nft", "delete table arp aggd_e2e_deaf"})
+				steps = append(append([]step{{"hub", []string{"nft", deafARP}}}, steps...),
+					step{"hub", []string{"sleep", c.deafFor}}, step{"hub", []string{"nft", "delete table arp aggd_e2e_deaf"}})
 			}
 			go func() {
 				time.Sleep(time.Second)
-				for _, step := range steps {
-					ns := c.ns
-					if step[0] == "nft" {
-						ns = "hub"
-					}
-					if out, err := n.Try(ns, step...); err != nil {
-						flapped <- fmt.Errorf("%v: %v\n%s", step, err, out)
+				for _, st := range steps {
+					if out, err := n.Try(st.ns, st.cmd...); err != nil {
+						flapped <- fmt.Errorf("%v: %v\n%s", st.cmd, err, out)
 						return
 					}
 				}
