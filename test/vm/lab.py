@@ -869,17 +869,73 @@ def labels(text):
     return dict(re.findall(r'(\w+)="([^"]*)"', text))
 
 
+def link_names(page):
+    """{metric link label: the CPE's name for it}: a headend calls its CPE's links link0,
+    link1, ... and gives the CPE's names in aggd_link_info."""
+    return {lb["link"]: lb["name"] for lb in map(labels, LINK_INFO_RE.findall(page)) if "name" in lb}
+
+
 def suspicion_counts(page):
     """Each link's suspicions so far (aggd_link_suspicions_total), {link: {cause: n}},
-    under the CPE's name for the link: a headend calls its CPE's links link0, link1, ...
-    and gives the CPE's names in aggd_link_info."""
-    names = {lb["link"]: lb["name"] for lb in map(labels, LINK_INFO_RE.findall(page)) if "name" in lb}
+    under the CPE's name for the link (link_names)."""
+    names = link_names(page)
     out = {}
     for text, v in SUSPICIONS_RE.findall(page):
         lb = labels(text)
         link = names.get(lb.get("link"), lb.get("link"))
         out.setdefault(link, {})[lb.get("cause", "?")] = float(v)
     return out
+
+
+# Where a flow's packets were lost, counted per daemon: dropped (or marked) by the AQM
+# at its entry, lost on a link (gaps in the link's sequence, as the receiver sees them),
+# given up by its resequencer, or come after it gave up.
+LOSS_COUNTERS = {"aqm_drops": "aggd_aqm_drops_total", "aqm_marks": "aggd_aqm_ecn_marks_total",
+                 "gave_up": "aggd_reorder_lost_packets_total", "late": "aggd_reorder_late_packets_total"}
+LINK_LOST_RE = re.compile(r'^aggd_link_lost_packets_total\{([^}]*)\} (\S+)', re.M)
+
+
+def loss_counts(page):
+    """A daemon's loss counters so far, summed over its peers (LOSS_COUNTERS), with
+    "link_lost": {link: n} under the CPE's names for the links."""
+    out = {k: sum(float(v) for v in re.findall(rf'^{m}(?:\{{[^}}]*\}})? (\S+)', page, re.M))
+           for k, m in LOSS_COUNTERS.items()}
+    names, lost = link_names(page), {}
+    for text, v in LINK_LOST_RE.findall(page):
+        link = labels(text).get("link")
+        lost[names.get(link, link)] = lost.get(names.get(link, link), 0.0) + float(v)
+    out["link_lost"] = lost
+    return out
+
+
+def losses_between(a, b, sender, retransmits):
+    """Where the packets a transfer lost went, from daemon_snapshots of both sides before
+    (a) and after (b): the sending side's AQM drops and marks, the receiving side's link
+    losses per link and resequencer give-ups and late packets, and beside them the
+    sender's TCP retransmissions (iperf3's). Lost packets the AQM or a link took make
+    the flow's loss events; give-ups are the receiver's, a lost packet or one that came
+    too late. None if a side's metrics could not be read."""
+    receiver = "hub" if sender == "cpe" else "cpe"
+    if not all(a.get(side) and b.get(side) for side in (sender, receiver)):
+        return None
+    before, after = a[sender]["losses"], b[sender]["losses"]
+    out = {"sender_aqm_drops": int(round(after["aqm_drops"] - before["aqm_drops"])),
+           "sender_aqm_marks": int(round(after["aqm_marks"] - before["aqm_marks"]))}
+    before, after = a[receiver]["losses"], b[receiver]["losses"]
+    out["receiver_link_lost"] = {n: int(round(v - before["link_lost"].get(n, 0.0)))
+                                 for n, v in sorted(after["link_lost"].items())}
+    out["receiver_gave_up"] = int(round(after["gave_up"] - before["gave_up"]))
+    out["receiver_late"] = int(round(after["late"] - before["late"]))
+    out["sender_tcp_retransmits"] = retransmits
+    return out
+
+
+def losses_text(x):
+    """losses_between in words, for the log."""
+    links = ", ".join(f"{n} {v}" for n, v in x["receiver_link_lost"].items() if v) or "none"
+    return (f"AQM dropped {x['sender_aqm_drops']} and marked {x['sender_aqm_marks']}; lost on links: {links}; "
+            f"resequencer gave up {x['receiver_gave_up']} ({x['receiver_late']} came late); "
+            f"sender retransmitted {x['sender_tcp_retransmits']}")
 
 
 def suspicions_text(by_side):
@@ -903,7 +959,7 @@ def daemon_snapshot(who):
         by_type[t] = by_type.get(t, 0.0) + float(v)
     links = sum(float(v) for _, v in MetricsWatch.TX_RE.findall(page))
     return {"t": time.time(), "by_type": by_type, "links": links, "suspicions": suspicion_counts(page),
-            "late_runs": late_runs(page)}
+            "late_runs": late_runs(page), "losses": loss_counts(page)}
 
 
 def late_runs_between(a, b):
@@ -1831,6 +1887,9 @@ bpf:
                "sender_tcp": [{"t": round(t + off, 2), "window_bytes": w, "retransmits": rx, "srtt_ms": rtt_ms}
                               for t, w, rx, rtt_ms in sender_intervals(j, d == "down")],
                "control_traffic": ctrl, "suspicions": suspicions, "control_loop_late_runs": late}
+        snd = out["sender_tcp"]
+        out["losses"] = losses_between(daemons_before, daemons_after, sender,
+                                       sum(x["retransmits"] for x in snd) if snd else None)
         if scrapes:
             out["cpe_link_up"] = scrapes
         # Goodput over each sample's period (time-weighted over the receiver's 0.2 s
@@ -1874,6 +1933,8 @@ bpf:
             info(f"control messages from the {ctrl['side']}: {ctrl['kbit_per_s']} kbit/s, "
                  f"{100 * (ctrl['share_of_link_bytes'] or 0):.2f} % of its link bytes ("
                  + ", ".join(f"{t} {v:.0f}" for t, v in ctrl["bytes_per_s"].items()) + " bytes/s)")
+        if out["losses"]:
+            info(f"losses: {losses_text(out['losses'])}")
         if suspicions:
             info(f"links suspected (their traffic copied) during the transfer: {suspicions_text(suspicions)}")
         if late:
