@@ -240,6 +240,41 @@ class Losses(unittest.TestCase):
         self.assertIsNone(lab.losses_between(dict(before, hub=None), after, "cpe", 9))
 
 
+class LossesAroundAnOutage(unittest.TestCase):
+    @staticmethod
+    def scrape(t, aqm=0, lost=None, gave_up=0, late=0):
+        return {"t": t, "losses": {"aqm_drops": float(aqm), "aqm_marks": 0.0, "gave_up": float(gave_up),
+                                   "late": float(late), "link_lost": lost or {"dsl": 0.0, "lte": 0.0}}}
+
+    def test_counts_are_taken_between_the_scrapes_that_bracket_the_span(self):
+        s = self.scrape
+        scr = [s(9.8, aqm=10), s(10.1, aqm=11), s(10.7, aqm=13), s(11.05, aqm=15), s(11.4, aqm=19)]
+        # From the scrape before the outage (9.8) to the last by 1 s after it (10.7).
+        self.assertEqual(lab.losses_in_scrapes(scr, 10.0, 11.0)["aqm_drops"], 3)
+        # No scrape before: no count rather than a wrong one; none after either.
+        self.assertIsNone(lab.losses_in_scrapes(scr, 9.0, 10.0))
+        self.assertIsNone(lab.losses_in_scrapes(scr, 11.5, 12.5))
+        # A lab's scrapes without the counts (older results).
+        self.assertIsNone(lab.losses_in_scrapes([{"t": 9.8}, {"t": 10.7}], 10.0, 11.0))
+
+    def test_the_timeline_lists_the_spans_that_lost_something(self):
+        s = self.scrape
+        sender = [s(9.9), s(10.2), s(10.5, aqm=1), s(10.8, aqm=1), s(11.1, aqm=1)]
+        receiver = [s(9.9), s(10.4, lost={"dsl": 4.0, "lte": 0.0}, gave_up=4),
+                    s(10.9, lost={"dsl": 4.0, "lte": 0.0}, gave_up=4),
+                    s(11.4, lost={"dsl": 4.0, "lte": 2.0}, gave_up=6, late=1)]
+        # Spans by the receiver's scrapes, here the fewer.
+        self.assertEqual(lab.loss_timeline(sender, receiver, 10.0, 11.5),
+                         [{"t": 10.4, "aqm_drops": 0, "link_lost": {"dsl": 4}, "gave_up": 4, "late": 0},
+                          {"t": 10.9, "aqm_drops": 1, "link_lost": {}, "gave_up": 0, "late": 0},
+                          {"t": 11.4, "aqm_drops": 0, "link_lost": {"lte": 2}, "gave_up": 2, "late": 1}])
+        # Downstream the headend sends and is scraped less often: its scrapes make the
+        # spans, so that none lacks the sender's count.
+        sender, receiver = [s(9.9), s(10.4, aqm=1), s(10.9, aqm=1)], [s(9.8), s(10.1), s(10.3), s(10.6), s(10.9)]
+        self.assertEqual(lab.loss_timeline(sender, receiver, 10.0, 11.0),
+                         [{"t": 10.4, "aqm_drops": 1, "link_lost": {}, "gave_up": 0, "late": 0}])
+
+
 class Suspicions(unittest.TestCase):
     def test_a_headend_page_is_read_under_the_cpe_names(self):
         self.assertEqual(lab.suspicion_counts(HUB_PAGE),

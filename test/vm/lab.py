@@ -102,6 +102,9 @@ SCRAPE_IDLE_S = float(os.environ.get("LAB_SCRAPE_S", "0.15"))
 # Under load less often: each scrape costs the runner and aggd CPU under TCG, and the
 # loaded figures from scrapes (detection, link up again) are for information.
 SCRAPE_LOADED_S = float(os.environ.get("LAB_SCRAPE_LOADED_S", "0.3"))
+# The headend's metrics during such transfers, for its loss counters only (loss_timeline):
+# less often still, its page being the larger.
+SCRAPE_HUB_S = float(os.environ.get("LAB_SCRAPE_HUB_S", "0.5"))
 # The baselines' TCP congestion control (one flow per link, no tunnel).
 BASELINE_CC = os.environ.get("LAB_BASELINE_CC", "cubic")
 # What run_iperf reports when iperf3 does not finish in time.
@@ -782,13 +785,15 @@ def per_link(metric):
 
 
 class MetricsWatch(threading.Thread):
-    """Scrapes the CPE's Prometheus endpoint every interval: aggd_link_up and
-    aggd_link_transmit_bytes_total per link. Each scrape is placed at the middle of its
-    HTTP request, on the clock t0 (so the same axis as the Sampler's and the schedule's)."""
+    """Scrapes a daemon's Prometheus endpoint every interval (the CPE's by default):
+    aggd_link_up and aggd_link_transmit_bytes_total per link, and its loss counters so
+    far (loss_counts: its AQM's drops as a sender, its links' losses and resequencer's
+    give-ups as a receiver). Each scrape is placed at the middle of its HTTP request, on
+    the clock t0 (so the same axis as the Sampler's and the schedule's)."""
 
-    def __init__(self, t0, interval):
+    def __init__(self, t0, interval, ns="cpe"):
         super().__init__(daemon=True)
-        self.t0, self.interval = t0, interval
+        self.t0, self.interval, self.ns = t0, interval, ns
         self.stop_ev = threading.Event()
         self.scrapes = []
         self.errors = 0
@@ -819,19 +824,21 @@ class MetricsWatch(threading.Thread):
 
     def run(self):
         try:
-            setns("cpe")  # this thread stays in the CPE's namespace
+            setns(self.ns)  # this thread stays in the daemon's namespace
         except OSError:
             self.errors += 1
             return
         while not self.stop_ev.is_set():
             a = time.time()
             try:
-                up, tx, changed = self.parse(self.fetch())
+                page = self.fetch()
+                up, tx, changed = self.parse(page)
                 b = time.time()
                 # changed: each link's last health change (aggd's own stamp, same clock).
                 self.scrapes.append({"t": round((a + b) / 2 - self.t0, 3), "took_s": round(b - a, 3),
                                      "up": up, "tx_bytes": tx,
-                                     "changed": {k: round(v - self.t0, 3) for k, v in changed.items() if v > 0}})
+                                     "changed": {k: round(v - self.t0, 3) for k, v in changed.items() if v > 0},
+                                     "losses": loss_counts(page)})
             except Exception:  # noqa: BLE001 - a missed scrape only coarsens the figure
                 self.errors += 1
             self.stop_ev.wait(max(0.0, self.interval - (time.time() - a)))
@@ -1794,12 +1801,16 @@ bpf:
         daemons_before = {who: daemon_snapshot(who) for who in ("cpe", "hub")}
         smp = Sampler(self.topo, self.aggd_pids(), interval=SAMPLE_S,
                       live=self.live_line(d, None) if self.live else None)
-        # aggd_link_up per link from the CPE's metrics while links go down and come back.
-        watch = MetricsWatch(smp.t0, SCRAPE_LOADED_S) if any(e["action"] == "down" for e in evs) else None
+        # aggd_link_up per link from the CPE's metrics while links go down and come back,
+        # and both daemons' loss counters (the headend's less often: each scrape costs CPU).
+        outages = any(e["action"] == "down" for e in evs)
+        watch = MetricsWatch(smp.t0, SCRAPE_LOADED_S) if outages else None
+        hub_watch = MetricsWatch(smp.t0, SCRAPE_HUB_S, ns="hub") if outages else None
         ping_out = os.path.join(self.work, f"ping-{label}-{key}.log")
         smp.start()
         if watch:
             watch.start()
+            hub_watch.start()
         t_ping = time.time() - smp.t0
         pingp = self.start_ping(client_ns, ping_out, secs, target)
         # Inside a VPN the ping also waits for the VPN's own processes; a second one beside
@@ -1843,6 +1854,7 @@ bpf:
         sched.join(5)
         samples = smp.stop()
         scrapes = watch.stop() if watch else []
+        hub_scrapes = hub_watch.stop() if hub_watch else []
         ping_text = self.finish_ping(pingp, ping_out)
         bond_rtt = None
         if bond_pingp:
@@ -1892,6 +1904,8 @@ bpf:
                                        sum(x["retransmits"] for x in snd) if snd else None)
         if scrapes:
             out["cpe_link_up"] = scrapes
+        if hub_scrapes:
+            out["hub_scrapes"] = [{"t": x["t"], "losses": x["losses"]} for x in hub_scrapes]
         # Goodput over each sample's period (time-weighted over the receiver's 0.2 s
         # intervals), next to the link rates.
         for s in out["series"]:
@@ -2517,6 +2531,46 @@ def sender_around(t, t_out):
             "sender_retransmits_1s_after": sender_retransmits(t, t_out, t_out + 1.0)}
 
 
+def losses_in_scrapes(scrapes, lo, hi):
+    """A daemon's loss counters (loss_counts) gained between the last of its scrapes at
+    or before lo and the last at or before hi: {"aqm_drops", "aqm_marks", "gave_up",
+    "late": n, "link_lost": {link: n}}; None without a scrape on each side, or from a
+    lab whose scrapes do not carry them."""
+    a = [x for x in scrapes if x["t"] <= lo and "losses" in x]
+    b = [x for x in scrapes if x["t"] <= hi and "losses" in x]
+    if not a or not b or b[-1]["t"] <= lo:
+        return None
+    a, b = a[-1]["losses"], b[-1]["losses"]
+    out = {k: int(round(b[k] - a[k])) for k in LOSS_COUNTERS}
+    out["link_lost"] = {n: int(round(v - a["link_lost"].get(n, 0.0))) for n, v in sorted(b["link_lost"].items())}
+    return out
+
+
+# The span after an outage whose losses are listed scrape by scrape (loss_timeline).
+LOSS_TIMELINE_S = 3.0
+
+
+def loss_timeline(sender, receiver, lo, hi):
+    """From the two daemons' scrapes, each span between consecutive scrapes from lo to
+    hi in which a packet was lost: its end, the sender's AQM drops and the receiver's
+    link losses (those links only that lost one), give-ups and late packets over it.
+    Where the flow's loss events came from, in time. The spans are the scrapes of the
+    side scraped less often, so that each has a scrape of the other too."""
+    out = []
+    ts = min(([x["t"] for x in side if lo < x["t"] <= hi and "losses" in x] for side in (sender, receiver)), key=len)
+    prev = lo
+    for t in ts:
+        rx = losses_in_scrapes(receiver, prev, t)
+        tx = losses_in_scrapes(sender, prev, t)
+        if rx is not None:
+            lost = {n: v for n, v in rx["link_lost"].items() if v}
+            aqm = tx["aqm_drops"] if tx else None
+            if lost or rx["gave_up"] or rx["late"] or aqm:
+                out.append({"t": t, "aqm_drops": aqm, "link_lost": lost, "gave_up": rx["gave_up"], "late": rx["late"]})
+        prev = t
+    return out
+
+
 # How long after a link returns its sender's retransmissions are counted: the traffic
 # moving back to the primaries (a backup keeps taking what they cannot for up to 2 s,
 # tunnel/backupreturn.go) and the flow fitting them after that.
@@ -2589,6 +2643,18 @@ def failover_figures(t, base, sums):
         det = first_scrape(scr, t_out, lambda x: all(x["up"].get(n) == 0 for n in group))
         f["detect_s"], f["detect_timed_by"] = scrape_delay(scr, det, group, t_out)
         f["scrapes"] = len(scr)
+        # Where the flow's losses came from after the outage, from both daemons' scrapes:
+        # whether the bond's own AQM cut it while it had to fit the links left, or the
+        # links left lost packets, or the receiver gave up holes.
+        hub_scr = t.get("hub_scrapes") or []
+        tx_scr, rx_scr = (scr, hub_scr) if d == "up" else (hub_scr, scr)
+        tx = losses_in_scrapes(tx_scr, t_out, t_out + 1.0)
+        rx = losses_in_scrapes(rx_scr, t_out, t_out + 1.0)
+        f["sender_aqm_drops_1s_after"] = tx["aqm_drops"] if tx else None
+        f["receiver_lost_on_links_left_1s_after"] = (sum(v for n, v in rx["link_lost"].items() if n not in group)
+                                                     if rx else None)
+        f["receiver_gave_up_1s_after"] = rx["gave_up"] if rx else None
+        f["loss_timeline"] = loss_timeline(tx_scr, rx_scr, t_out, min(t_up, t_out + LOSS_TIMELINE_S))
         ret = None
         if up:
             for x, sh, _ in window_shares(t, "links_mbit"):
@@ -2875,6 +2941,10 @@ def print_summary(r):
                f"{f.get('sender_window_1s_after_bytes')} 1 s after, {f.get('sender_retransmits_before_outage')} "
                f"retransmissions in the {SENDER_BEFORE_OUTAGE_S:g} s before, {f.get('sender_retransmits_1s_after')} "
                f"in the second after" if f.get("sender_window_at_outage_bytes") is not None else "")
+            + (f"; in the second after, the sender's AQM dropped {f['sender_aqm_drops_1s_after']}"
+               if f.get("sender_aqm_drops_1s_after") is not None else "")
+            + (f"; the receiver saw {f['receiver_lost_on_links_left_1s_after']} lost on the links left and gave up "
+               f"{f['receiver_gave_up_1s_after']}" if f.get("receiver_gave_up_1s_after") is not None else "")
             + (f"; {f['sender_retransmits_after_return']} retransmissions in the {SENDER_AFTER_RETURN_S:g} s "
                f"after the return" if f.get("sender_retransmits_after_return") is not None else ""))
     for o in r.get("idle_outages", []):
