@@ -140,6 +140,10 @@ func renderPeer(b *strings.Builder, p, prev *Peer, at time.Time, dt float64) {
 		fmt.Fprintf(b, "  reordering: a gap is waited for up to %s; %.0f packets waited for an earlier one (mean %s), %.0f given up as lost\n",
 			millis(p.HoldTime), p.ReorderHeld, millis(seconds(p.ReorderHoldSeconds/max(p.ReorderHeld, 1))), p.ReorderLost)
 	}
+	if p.AQMDrops > 0 || p.AQMMarks > 0 {
+		fmt.Fprintf(b, "  queue control: %.0f packets dropped and %.0f marked ECN at the bond's entry, where every link kept a queue above the aqm target (senders slow down on them)\n",
+			p.AQMDrops, p.AQMMarks)
+	}
 }
 
 // inState is how long the link has been in its state at the reading's time ("420 ms",

@@ -78,6 +78,11 @@ type Peer struct {
 	ReorderHeld        float64       // packets that waited for an earlier one
 	ReorderHoldSeconds float64       // their total wait
 	ReorderLost        float64       // sequence numbers given up
+
+	// AQMDrops and AQMMarks count the packets towards the peer that the bond's entry
+	// dropped, or marked ECN Congestion Experienced, because every link carrying traffic
+	// kept a standing queue above the target: its signals to the senders to slow down.
+	AQMDrops, AQMMarks float64
 }
 
 // Snapshot is one reading of a daemon's metrics.
@@ -299,6 +304,8 @@ var peerSetters = map[string]func(*Peer, float64){
 	"aggd_reorder_lost_packets_total": func(p *Peer, v float64) { p.ReorderLost = v },
 	"aggd_reorder_hold_time_seconds":  func(p *Peer, v float64) { p.HoldTime = seconds(v) },
 	"aggd_peer_session":               func(p *Peer, v float64) { p.NoSession = v == 0 },
+	"aggd_aqm_drops_total":            func(p *Peer, v float64) { p.AQMDrops = v },
+	"aggd_aqm_ecn_marks_total":        func(p *Peer, v float64) { p.AQMMarks = v },
 }
 
 func label(m *dto.Metric, name string) string {

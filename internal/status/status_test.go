@@ -64,6 +64,8 @@ func threeLinks(m *metrics.Set) {
 	m.ReorderHeld.WithLabelValues("hub").Add(200)
 	m.ReorderHoldNow.WithLabelValues("hub").Set(0.042)
 	m.ReorderHold.WithLabelValues("hub").Add(0.6)
+	m.AQMDrops.WithLabelValues("hub").Add(12)
+	m.AQMMarks.WithLabelValues("hub").Add(3)
 }
 
 func TestFetchReadsTheDaemonsMetrics(t *testing.T) {
@@ -89,6 +91,9 @@ func TestFetchReadsTheDaemonsMetrics(t *testing.T) {
 	}
 	if hub.ReorderHeld != 200 || hub.ReorderHoldSeconds != 0.6 || hub.HoldTime != 42*time.Millisecond {
 		t.Errorf("reorder figures read as %+v", hub)
+	}
+	if hub.AQMDrops != 12 || hub.AQMMarks != 3 {
+		t.Errorf("AQM figures read as %v drops, %v marks", hub.AQMDrops, hub.AQMMarks)
 	}
 }
 
@@ -120,6 +125,7 @@ func TestRenderShowsTheSplitBetweenTwoReadings(t *testing.T) {
 		"up       3h05m",  // dsl
 		"up       -",      // cable: its daemon does not export the change
 		"mean 3.0 ms",     // 0.6 s over 200 held packets
+		"12 packets dropped and 3 marked ECN at the bond's entry",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
@@ -154,6 +160,9 @@ func TestRenderRestartedDaemonShowsNoRate(t *testing.T) {
 	var out strings.Builder
 	if err := Render(&out, before, after); err != nil {
 		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "queue control") {
+		t.Errorf("a peer whose traffic the AQM never signalled has no line for it:\n%s", out.String())
 	}
 	if strings.Contains(out.String(), "Mbit/s") || strings.Contains(out.String(), "kbit/s") {
 		t.Errorf("a counter that went back is not a rate:\n%s", out.String())
