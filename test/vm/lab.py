@@ -786,14 +786,14 @@ def per_link(metric):
 
 class MetricsWatch(threading.Thread):
     """Scrapes a daemon's Prometheus endpoint every interval (the CPE's by default):
-    aggd_link_up and aggd_link_transmit_bytes_total per link, and its loss counters so
-    far (loss_counts: its AQM's drops as a sender, its links' losses and resequencer's
-    give-ups as a receiver). Each scrape is placed at the middle of its HTTP request, on
+    aggd_link_up and aggd_link_transmit_bytes_total per link, and with losses its loss
+    counters so far (loss_counts: its AQM's drops as a sender, its links' losses and
+    resequencer's give-ups as a receiver; parsing them costs the runner CPU). Each scrape is placed at the middle of its HTTP request, on
     the clock t0 (so the same axis as the Sampler's and the schedule's)."""
 
-    def __init__(self, t0, interval, ns="cpe"):
+    def __init__(self, t0, interval, ns="cpe", losses=False):
         super().__init__(daemon=True)
-        self.t0, self.interval, self.ns = t0, interval, ns
+        self.t0, self.interval, self.ns, self.losses = t0, interval, ns, losses
         self.stop_ev = threading.Event()
         self.scrapes = []
         self.errors = 0
@@ -835,10 +835,11 @@ class MetricsWatch(threading.Thread):
                 up, tx, changed = self.parse(page)
                 b = time.time()
                 # changed: each link's last health change (aggd's own stamp, same clock).
-                self.scrapes.append({"t": round((a + b) / 2 - self.t0, 3), "took_s": round(b - a, 3),
-                                     "up": up, "tx_bytes": tx,
-                                     "changed": {k: round(v - self.t0, 3) for k, v in changed.items() if v > 0},
-                                     "losses": loss_counts(page)})
+                x = {"t": round((a + b) / 2 - self.t0, 3), "took_s": round(b - a, 3), "up": up, "tx_bytes": tx,
+                     "changed": {k: round(v - self.t0, 3) for k, v in changed.items() if v > 0}}
+                if self.losses:
+                    x["losses"] = loss_counts(page)
+                self.scrapes.append(x)
             except Exception:  # noqa: BLE001 - a missed scrape only coarsens the figure
                 self.errors += 1
             self.stop_ev.wait(max(0.0, self.interval - (time.time() - a)))
@@ -1804,8 +1805,8 @@ bpf:
         # aggd_link_up per link from the CPE's metrics while links go down and come back,
         # and both daemons' loss counters (the headend's less often: each scrape costs CPU).
         outages = any(e["action"] == "down" for e in evs)
-        watch = MetricsWatch(smp.t0, SCRAPE_LOADED_S) if outages else None
-        hub_watch = MetricsWatch(smp.t0, SCRAPE_HUB_S, ns="hub") if outages else None
+        watch = MetricsWatch(smp.t0, SCRAPE_LOADED_S, losses=True) if outages else None
+        hub_watch = MetricsWatch(smp.t0, SCRAPE_HUB_S, ns="hub", losses=True) if outages else None
         ping_out = os.path.join(self.work, f"ping-{label}-{key}.log")
         smp.start()
         if watch:
