@@ -898,21 +898,29 @@ def suspicion_counts(page):
 # Where a flow's packets were lost, counted per daemon: dropped (or marked) by the AQM
 # at its entry, lost on a link (gaps in the link's sequence, as the receiver sees them),
 # given up by its resequencer, or come after it gave up.
-LOSS_COUNTERS = {"aqm_drops": "aggd_aqm_drops_total", "aqm_marks": "aggd_aqm_ecn_marks_total",
-                 "gave_up": "aggd_reorder_lost_packets_total", "late": "aggd_reorder_late_packets_total"}
+LOSS_COUNTERS = {k: re.compile(rf'^{m}(?:\{{[^}}]*\}})? (\S+)', re.M) for k, m in (
+    ("aqm_drops", "aggd_aqm_drops_total"), ("aqm_marks", "aggd_aqm_ecn_marks_total"),
+    ("gave_up", "aggd_reorder_lost_packets_total"), ("late", "aggd_reorder_late_packets_total"))}
 LINK_LOST_RE = re.compile(r'^aggd_link_lost_packets_total\{([^}]*)\} (\S+)', re.M)
 
 
 def loss_counts(page):
     """A daemon's loss counters so far, summed over its peers (LOSS_COUNTERS), with
     "link_lost": {link: n} under the CPE's names for the links."""
-    out = {k: sum(float(v) for v in re.findall(rf'^{m}(?:\{{[^}}]*\}})? (\S+)', page, re.M))
-           for k, m in LOSS_COUNTERS.items()}
+    out = {k: sum(float(v) for v in r.findall(page)) for k, r in LOSS_COUNTERS.items()}
     names, lost = link_names(page), {}
     for text, v in LINK_LOST_RE.findall(page):
         link = labels(text).get("link")
-        lost[names.get(link, link)] = lost.get(names.get(link, link), 0.0) + float(v)
+        name = names.get(link, link)
+        lost[name] = lost.get(name, 0.0) + float(v)
     out["link_lost"] = lost
+    return out
+
+
+def loss_delta(a, b):
+    """What a daemon lost between two loss_counts of it, a before b, in whole packets."""
+    out = {k: int(round(b[k] - a[k])) for k in LOSS_COUNTERS}
+    out["link_lost"] = {n: int(round(v - a["link_lost"].get(n, 0.0))) for n, v in sorted(b["link_lost"].items())}
     return out
 
 
@@ -926,16 +934,11 @@ def losses_between(a, b, sender, retransmits):
     receiver = "hub" if sender == "cpe" else "cpe"
     if not all(a.get(side) and b.get(side) for side in (sender, receiver)):
         return None
-    before, after = a[sender]["losses"], b[sender]["losses"]
-    out = {"sender_aqm_drops": int(round(after["aqm_drops"] - before["aqm_drops"])),
-           "sender_aqm_marks": int(round(after["aqm_marks"] - before["aqm_marks"]))}
-    before, after = a[receiver]["losses"], b[receiver]["losses"]
-    out["receiver_link_lost"] = {n: int(round(v - before["link_lost"].get(n, 0.0)))
-                                 for n, v in sorted(after["link_lost"].items())}
-    out["receiver_gave_up"] = int(round(after["gave_up"] - before["gave_up"]))
-    out["receiver_late"] = int(round(after["late"] - before["late"]))
-    out["sender_tcp_retransmits"] = retransmits
-    return out
+    tx = loss_delta(a[sender]["losses"], b[sender]["losses"])
+    rx = loss_delta(a[receiver]["losses"], b[receiver]["losses"])
+    return {"sender_aqm_drops": tx["aqm_drops"], "sender_aqm_marks": tx["aqm_marks"],
+            "receiver_link_lost": rx["link_lost"], "receiver_gave_up": rx["gave_up"], "receiver_late": rx["late"],
+            "sender_tcp_retransmits": retransmits}
 
 
 def losses_text(x):
@@ -2541,10 +2544,7 @@ def losses_in_scrapes(scrapes, lo, hi):
     b = [x for x in scrapes if x["t"] <= hi and "losses" in x]
     if not a or not b or b[-1]["t"] <= lo:
         return None
-    a, b = a[-1]["losses"], b[-1]["losses"]
-    out = {k: int(round(b[k] - a[k])) for k in LOSS_COUNTERS}
-    out["link_lost"] = {n: int(round(v - a["link_lost"].get(n, 0.0))) for n, v in sorted(b["link_lost"].items())}
-    return out
+    return loss_delta(a[-1]["losses"], b[-1]["losses"])
 
 
 # The span after an outage whose losses are listed scrape by scrape (loss_timeline).
