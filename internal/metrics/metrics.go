@@ -59,6 +59,7 @@ type Set struct {
 	AQMMarks       *prometheus.CounterVec
 	AQMECTDrops    *prometheus.CounterVec
 	SocketDrops    *prometheus.CounterVec
+	SocketWait     *prometheus.HistogramVec
 	Drops          *prometheus.CounterVec
 	TunnelTxPacket *prometheus.CounterVec
 
@@ -172,6 +173,12 @@ func New() *Set {
 	s.LateCopies = counterVec("reorder_late_copies_delivered_total", "Redundant copies delivered out of order because the resequencer had given their "+
 		"sequence number up before they came (their original was lost): copies of what a link in doubt had in flight come behind later packets.", []string{"peer"})
 	s.UplinkEvents = counterVec("uplink_events_total", "Changes netlink reported on the CPE's uplinks, by kind (carrier_lost, carrier_back, address_added, address_removed, route_changed, created, mtu_changed).", []string{"link", "kind"})
+	s.SocketWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "aggd", Name: "socket_receive_wait_seconds",
+		Help: "How long each datagram waited on this host before aggd read it, from the kernel's receive stamp to the read, by socket " +
+			"(an uplink's name, or listen): the host's own queue, long when the CPU cannot keep up with the links.",
+		Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1},
+	}, []string{"socket"})
 	s.ControlLoopLate = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "aggd", Name: "control_loop_lateness_seconds",
 		Help: "How much later than its interval (probe.interval) each run of the control loop came, from the gap since the run before: " +
@@ -208,7 +215,7 @@ func New() *Set {
 		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkStateChanged, s.LinkSuspicions, s.LinkDuplicate,
 		s.LinkCapacity, s.LinkQueueDelay, s.LinkBaseDelay, s.LinkJitter, s.LinkInfo, s.LinkMTU,
 		s.Sessions, s.PeerSession, s.Handshakes, s.CookieReplies, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
-		s.Duplicates, s.LatePackets, s.ReorderStretches, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.AQMECTDrops, s.SocketDrops, s.Drops, s.TunnelTxPacket, build,
+		s.Duplicates, s.LatePackets, s.ReorderStretches, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.AQMECTDrops, s.SocketDrops, s.SocketWait, s.Drops, s.TunnelTxPacket, build,
 		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.UplinkEvents, s.ControlTxBytes, s.ControlTxPackets, s.ControlLoopLate, s.FallbackDirect, s.FallbackTransitions,
 		s.DataUsed, s.DataCap, s.DataCapReached, s.DataPeriodEnd, s.MetricsConnsClosed,
 	}

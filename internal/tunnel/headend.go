@@ -146,7 +146,7 @@ func (h *Headend) route(buf []byte) bool {
 }
 
 func (h *Headend) readSocket(ctx context.Context) {
-	readLoop(ctx, h.conn, h.log, h.m.SocketDrops.WithLabelValues("listen"), h.onDatagram)
+	readLoop(ctx, h.conn, h.log, h.m.SocketDrops.WithLabelValues("listen"), h.m.SocketWait.WithLabelValues("listen"), h.onDatagram)
 }
 
 func (h *Headend) onDatagram(pkt []byte, from netip.AddrPort, arr arrival) {

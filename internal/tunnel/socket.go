@@ -104,8 +104,11 @@ type arrival struct {
 //
 // readLoop also adds what the kernel dropped for a full receive buffer to drops
 // (SO_RXQ_OVFL: once it is not 0, the socket's drop count so far comes with each
-// datagram; one without it says nothing new).
-func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, drops prometheus.Counter,
+// datagram; one without it says nothing new), and observes in waited how long each
+// datagram waited on this host, from its kernel stamp to the read: the host's own
+// queue, which an operator can tell from the links' (and which no link estimate shows
+// apart: one-way delays are taken at the read, so it is in them).
+func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, drops prometheus.Counter, waited prometheus.Observer,
 	handle func(pkt []byte, from netip.AddrPort, arr arrival)) {
 	buf := make([]byte, 65536)
 	// Room for every control message at once (an IPv4 datagram on a dual-stack socket
@@ -124,6 +127,9 @@ func readLoop(ctx context.Context, conn *net.UDPConn, log *slog.Logger, drops pr
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
 		arr, total := socketControl(oob[:oobn])
+		if arr.stamp != 0 {
+			waited.Observe(max(0, float64(time.Now().UnixNano()-arr.stamp)) / 1e9)
+		}
 		if total != 0 && total != dropped {
 			drops.Add(float64(total - dropped)) // wraps like the kernel's counter
 			dropped = total

@@ -45,12 +45,14 @@ func TestReadLoopCountsSocketDrops(t *testing.T) {
 	burst(100) // loopback delivers at once: most of these are dropped, nobody reads yet
 
 	drops := prometheus.NewCounter(prometheus.CounterOpts{Name: "drops"})
+	waited := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "waited"})
+	read := 0 // by readLoop's goroutine, until done
 	got := make(chan int64, 200)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		readLoop(ctx, conn, discard, drops, func(pkt []byte, _ netip.AddrPort, arr arrival) { got <- arr.stamp })
+		readLoop(ctx, conn, discard, drops, waited, func(pkt []byte, _ netip.AddrPort, arr arrival) { read++; got <- arr.stamp })
 	}()
 	select { // the one datagram the buffer held
 	case <-got:
@@ -83,6 +85,14 @@ func TestReadLoopCountsSocketDrops(t *testing.T) {
 	}
 	if n := m.GetCounter().GetValue(); n < 50 {
 		t.Errorf("counted %v drops of a 100-datagram burst into a minimal buffer, want most of them", n)
+	}
+	// Every datagram read has its wait on this host measured; the first waited for the
+	// reader to start.
+	if err := waited.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if h := m.GetHistogram(); h.GetSampleCount() != uint64(read) || h.GetSampleSum() <= 0 {
+		t.Errorf("waits measured: %d summing to %v s, want one for each of the %d datagrams read, above 0", h.GetSampleCount(), h.GetSampleSum(), read)
 	}
 }
 
@@ -153,7 +163,7 @@ func TestDualStackListen(t *testing.T) {
 	go func() {
 		defer close(done)
 		readLoop(ctx, conn, discard, prometheus.NewCounter(prometheus.CounterOpts{Name: "drops"}),
-			func(pkt []byte, src netip.AddrPort, arr arrival) {
+			prometheus.NewHistogram(prometheus.HistogramOpts{Name: "waited"}), func(pkt []byte, src netip.AddrPort, arr arrival) {
 				from <- src
 				on <- arr.ifindex
 				_, _ = conn.WriteToUDPAddrPort([]byte("reply"), src)

@@ -91,10 +91,10 @@ func (u *uplinkConn) offline() (bool, string) {
 func (c *CPE) readUplink(ctx context.Context, id int) {
 	name := c.cfg.Uplinks[id].Spec.Name
 	log := c.log.With("link", name)
-	drops := c.m.SocketDrops.WithLabelValues(name)
+	drops, waited := c.m.SocketDrops.WithLabelValues(name), c.m.SocketWait.WithLabelValues(name)
 	for {
 		conn, replaced := c.conns[id].current()
-		readLoop(ctx, conn, log, drops, c.onDatagram)
+		readLoop(ctx, conn, log, drops, waited, c.onDatagram)
 		select {
 		case <-ctx.Done():
 			return

@@ -215,7 +215,11 @@ class Losses(unittest.TestCase):
                           'aggd_aqm_ecn_marks_total{peer="headend"} 2',
                           'aggd_link_lost_packets_total{link="lte",peer="headend"} 4',
                           'aggd_reorder_lost_packets_total{peer="headend"} 5',
-                          'aggd_reorder_late_packets_total{peer="headend"} 1'])
+                          'aggd_reorder_late_packets_total{peer="headend"} 1',
+                          'aggd_socket_receive_wait_seconds_sum{socket="dsl"} 0.5',
+                          'aggd_socket_receive_wait_seconds_count{socket="dsl"} 100',
+                          'aggd_socket_receive_wait_seconds_sum{socket="lte"} 1.5',
+                          'aggd_socket_receive_wait_seconds_count{socket="lte"} 300'])
     HUB_PAGE = HUB_PAGE + "\n".join(['aggd_aqm_drops_total{peer="cpe1"} 3',
                                       'aggd_aqm_drops_total{peer="cpe2"} 1',
                                       'aggd_link_lost_packets_total{link="link0",peer="cpe1"} 6',
@@ -225,18 +229,20 @@ class Losses(unittest.TestCase):
     def test_a_page_is_read_per_counter_and_link(self):
         self.assertEqual(lab.loss_counts(self.HUB_PAGE),
                          {"aqm_drops": 4.0, "aqm_marks": 0.0, "gave_up": 6.0, "late": 0.0,
-                          "link_lost": {"dsl": 6.0, "cable": 0.0}})
+                          "link_lost": {"dsl": 6.0, "cable": 0.0}, "socket_wait": {"sum": 0.0, "count": 0.0}})
 
     def test_an_upstream_transfer_counts_the_cpes_aqm_and_the_headends_losses(self):
         before = {"cpe": {"losses": lab.loss_counts("")}, "hub": {"losses": lab.loss_counts(HUB_PAGE)}}
         after = {"cpe": {"losses": lab.loss_counts(self.CPE_PAGE)}, "hub": {"losses": lab.loss_counts(self.HUB_PAGE)}}
         self.assertEqual(lab.losses_between(before, after, "cpe", 9),
                          {"sender_aqm_drops": 7, "sender_aqm_marks": 2, "receiver_link_lost": {"cable": 0, "dsl": 6},
-                          "receiver_gave_up": 6, "receiver_late": 0, "sender_tcp_retransmits": 9})
+                          "receiver_gave_up": 6, "receiver_late": 0, "receiver_socket_wait_ms_mean": None,
+                          "sender_tcp_retransmits": 9})
         # Downstream the sides swap: the headend's AQM, the CPE's losses.
         self.assertEqual(lab.losses_between(before, after, "hub", None),
                          {"sender_aqm_drops": 4, "sender_aqm_marks": 0, "receiver_link_lost": {"lte": 4},
-                          "receiver_gave_up": 5, "receiver_late": 1, "sender_tcp_retransmits": None})
+                          "receiver_gave_up": 5, "receiver_late": 1, "receiver_socket_wait_ms_mean": 5.0,
+                          "sender_tcp_retransmits": None})
         self.assertIsNone(lab.losses_between(dict(before, hub=None), after, "cpe", 9))
 
 

@@ -902,6 +902,9 @@ LOSS_COUNTERS = {k: re.compile(rf'^{m}(?:\{{[^}}]*\}})? (\S+)', re.M) for k, m i
     ("aqm_drops", "aggd_aqm_drops_total"), ("aqm_marks", "aggd_aqm_ecn_marks_total"),
     ("gave_up", "aggd_reorder_lost_packets_total"), ("late", "aggd_reorder_late_packets_total"))}
 LINK_LOST_RE = re.compile(r'^aggd_link_lost_packets_total\{([^}]*)\} (\S+)', re.M)
+# How long the daemon's datagrams waited on its host before it read them (a histogram's
+# sum and count, summed over its sockets): its own queue, long when the CPU is short.
+SOCKET_WAIT_RE = {k: re.compile(rf'^aggd_socket_receive_wait_seconds_{k}\{{[^}}]*\}} (\S+)', re.M) for k in ("sum", "count")}
 
 
 def loss_counts(page):
@@ -914,13 +917,19 @@ def loss_counts(page):
         name = names.get(link, link)
         lost[name] = lost.get(name, 0.0) + float(v)
     out["link_lost"] = lost
+    out["socket_wait"] = {k: sum(float(v) for v in r.findall(page)) for k, r in SOCKET_WAIT_RE.items()}
     return out
 
 
 def loss_delta(a, b):
-    """What a daemon lost between two loss_counts of it, a before b, in whole packets."""
+    """What a daemon lost between two loss_counts of it, a before b, in whole packets,
+    with the mean wait of the datagrams it read meanwhile (socket_wait_ms_mean; None
+    when it read none, or the counts predate the metric)."""
     out = {k: int(round(b[k] - a[k])) for k in LOSS_COUNTERS}
     out["link_lost"] = {n: int(round(v - a["link_lost"].get(n, 0.0))) for n, v in sorted(b["link_lost"].items())}
+    wa, wb = a.get("socket_wait"), b.get("socket_wait")
+    n = wb["count"] - wa["count"] if wa and wb else 0
+    out["socket_wait_ms_mean"] = round((wb["sum"] - wa["sum"]) / n * 1e3, 2) if n > 0 else None
     return out
 
 
@@ -938,14 +947,15 @@ def losses_between(a, b, sender, retransmits):
     rx = loss_delta(a[receiver]["losses"], b[receiver]["losses"])
     return {"sender_aqm_drops": tx["aqm_drops"], "sender_aqm_marks": tx["aqm_marks"],
             "receiver_link_lost": rx["link_lost"], "receiver_gave_up": rx["gave_up"], "receiver_late": rx["late"],
-            "sender_tcp_retransmits": retransmits}
+            "receiver_socket_wait_ms_mean": rx["socket_wait_ms_mean"], "sender_tcp_retransmits": retransmits}
 
 
 def losses_text(x):
     """losses_between in words, for the log."""
     links = ", ".join(f"{n} {v}" for n, v in x["receiver_link_lost"].items() if v) or "none"
     return (f"AQM dropped {x['sender_aqm_drops']} and marked {x['sender_aqm_marks']}; lost on links: {links}; "
-            f"resequencer gave up {x['receiver_gave_up']} ({x['receiver_late']} came late); "
+            f"resequencer gave up {x['receiver_gave_up']} ({x['receiver_late']} came late; "
+            f"its datagrams waited {x.get('receiver_socket_wait_ms_mean')} ms on average before it read them); "
             f"sender retransmitted {x['sender_tcp_retransmits']}")
 
 
