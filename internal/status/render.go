@@ -23,6 +23,9 @@ func Render(w io.Writer, prev, cur *Snapshot) error {
 	if line := handshakeLoadLine(prev, cur); line != "" {
 		b.WriteString(line + "\n")
 	}
+	if line := hostLine(prev, cur); line != "" {
+		b.WriteString(line + "\n")
+	}
 	renderCaps(&b, cur.Caps)
 	if len(cur.Peers) == 0 {
 		// Every peer a daemon knows has an aggd_peer_session series, connected or not.
@@ -57,6 +60,54 @@ func handshakeLoadLine(prev, cur *Snapshot) string {
 		line += fmt.Sprintf("; the XDP shield drops %.0f more a second before the daemon reads them (over its limit)", shed)
 	}
 	return line
+}
+
+// hostWaitLong is the mean wait on the host at which the host line warns: the AQM's
+// default target, a queue of its own that no link shows apart.
+const hostWaitLong = 10 * time.Millisecond
+
+// hostLine says how aggd's own host keeps up, since the earlier reading (or since aggd
+// started, with one): how long datagrams waited before aggd read them, and, when there
+// were any, the datagrams the kernel dropped for a full socket buffer and the control
+// loop's runs late enough to suspect a healthy link. It warns in capitals when any of
+// these says the CPU is short; "" when there is nothing to tell.
+func hostLine(prev, cur *Snapshot) string {
+	h, span := cur.Host, "since aggd started"
+	if prev != nil && cur.At.After(prev.At) && cur.Host.Waited >= prev.Host.Waited {
+		p := prev.Host
+		h = Host{WaitSeconds: h.WaitSeconds - p.WaitSeconds, Waited: h.Waited - p.Waited,
+			SocketDrops: max(0, h.SocketDrops-p.SocketDrops), LateRuns: max(0, h.LateRuns-p.LateRuns)}
+		span = "since the last reading"
+	}
+	if h.Waited <= 0 && h.SocketDrops <= 0 && h.LateRuns <= 0 {
+		return ""
+	}
+	var parts []string
+	mean := time.Duration(0)
+	if h.Waited > 0 {
+		mean = seconds(h.WaitSeconds / h.Waited)
+		parts = append(parts, fmt.Sprintf("datagrams waited %s on average before aggd read them", measuredDelay(mean)))
+	}
+	if h.SocketDrops > 0 {
+		parts = append(parts, fmt.Sprintf("the kernel dropped %.0f for a full socket buffer", h.SocketDrops))
+	}
+	if h.LateRuns > 0 {
+		parts = append(parts, fmt.Sprintf("the control loop ran more than %.1f s late %s (healthy links may have been suspected)",
+			lateRunSeconds, times(h.LateRuns)))
+	}
+	if mean >= hostWaitLong || h.SocketDrops > 0 || h.LateRuns > 0 {
+		return "HOST BEHIND (" + span + "): the CPU is short for aggd's traffic: " + strings.Join(parts, "; ") +
+			". Give aggd a core, or try the kernel fast path (docs/fastpath.md)"
+	}
+	return "host (" + span + "): " + strings.Join(parts, "; ")
+}
+
+// times says a count of occurrences in words.
+func times(n float64) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%.0f times", n)
 }
 
 // renderCaps shows each capped uplink's use of its allowance in this billing period.

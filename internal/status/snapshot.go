@@ -101,7 +101,26 @@ type Snapshot struct {
 	// the INITs its XDP shield dropped over its own limit, before the daemon read them.
 	CookiesSent float64
 	InitsShed   float64
+	Host        Host
 }
+
+// Host is what the daemon's metrics tell of its own host's share of the work: a CPU
+// too busy for aggd shows here before it shows as slow or suspect links.
+type Host struct {
+	// WaitSeconds and Waited are the datagrams aggd read and their total wait on the
+	// host before it read them (aggd_socket_receive_wait_seconds, all sockets).
+	WaitSeconds, Waited float64
+	// SocketDrops counts what the kernel dropped for a full socket buffer, before aggd
+	// read it (aggd_socket_receive_drops_total, all sockets).
+	SocketDrops float64
+	// LateRuns counts the control loop's runs more than lateRunSeconds late
+	// (aggd_control_loop_lateness_seconds), late enough to suspect a healthy link.
+	LateRuns float64
+}
+
+// lateRunSeconds is the lateness Host.LateRuns counts: the suspicion time at the
+// default probe interval (three intervals of 100 ms), a bucket of the histogram.
+const lateRunSeconds = 0.3
 
 // Cap is a CPE uplink's data cap and what it has used of it in this billing period.
 type Cap struct {
@@ -233,12 +252,35 @@ func Parse(r io.Reader, at time.Time) (*Snapshot, error) {
 		}
 	}
 	s.Caps = parseCaps(families)
+	s.Host = parseHost(families)
 	for _, p := range peers {
 		sort.Slice(p.Links, func(i, j int) bool { return p.Links[i].Name < p.Links[j].Name })
 		s.Peers = append(s.Peers, p)
 	}
 	sort.Slice(s.Peers, func(i, j int) bool { return s.Peers[i].Name < s.Peers[j].Name })
 	return s, nil
+}
+
+// parseHost reads what the daemon tells of its host (Host).
+func parseHost(families map[string]*dto.MetricFamily) Host {
+	var h Host
+	for _, m := range families["aggd_socket_receive_wait_seconds"].GetMetric() {
+		h.WaitSeconds += m.GetHistogram().GetSampleSum()
+		h.Waited += float64(m.GetHistogram().GetSampleCount())
+	}
+	for _, m := range families["aggd_socket_receive_drops_total"].GetMetric() {
+		h.SocketDrops += value(m)
+	}
+	for _, m := range families["aggd_control_loop_lateness_seconds"].GetMetric() {
+		within := 0.0
+		for _, b := range m.GetHistogram().GetBucket() {
+			if b.GetUpperBound() == lateRunSeconds {
+				within = float64(b.GetCumulativeCount())
+			}
+		}
+		h.LateRuns += float64(m.GetHistogram().GetSampleCount()) - within
+	}
+	return h
 }
 
 // parseCaps reads the CPE's data-cap metrics, one Cap per capped uplink.

@@ -167,6 +167,56 @@ func TestRenderRestartedDaemonShowsNoRate(t *testing.T) {
 	if strings.Contains(out.String(), "Mbit/s") || strings.Contains(out.String(), "kbit/s") {
 		t.Errorf("a counter that went back is not a rate:\n%s", out.String())
 	}
+	if strings.Contains(out.String(), "host (") || strings.Contains(out.String(), "HOST") {
+		t.Errorf("a daemon that read nothing has no line for its host:\n%s", out.String())
+	}
+}
+
+// The status says how aggd's host keeps up: the datagrams' mean wait before aggd read
+// them, since it started; from two readings, since the first, with a warning when the
+// wait is long, the kernel dropped datagrams, or the control loop ran a suspicion time
+// late.
+func TestRenderShowsTheHostsShare(t *testing.T) {
+	m := metrics.New()
+	threeLinks(m)
+	url := serve(t, m)
+	for range 100 {
+		m.SocketWait.WithLabelValues("dsl").Observe(0.002)
+	}
+	m.ControlLoopLate.Observe(0.1) // late, not a suspicion time late
+	before := fetch(t, url)
+	before.At = stateClock.Add(-time.Second)
+	var out strings.Builder
+	if err := Render(&out, nil, before); err != nil {
+		t.Fatal(err)
+	}
+	if want := "host (since aggd started): datagrams waited 2.0 ms on average before aggd read them"; !strings.Contains(out.String(), want) ||
+		strings.Contains(out.String(), "HOST BEHIND") {
+		t.Errorf("a host that keeps up: output lacks %q, or warns:\n%s", want, out.String())
+	}
+
+	for range 100 {
+		m.SocketWait.WithLabelValues("cable").Observe(0.05)
+	}
+	m.SocketDrops.WithLabelValues("cable").Add(7)
+	m.ControlLoopLate.Observe(0.5)
+	m.ControlLoopLate.Observe(0.8)
+	after := fetch(t, url)
+	after.At = stateClock
+	out.Reset()
+	if err := Render(&out, before, after); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"HOST BEHIND (since the last reading): the CPU is short for aggd's traffic",
+		"datagrams waited 50 ms on average", // the second reading's 100 alone
+		"the kernel dropped 7 for a full socket buffer",
+		"the control loop ran more than 0.3 s late 2 times",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
 }
 
 func TestParseFastPathAndFallback(t *testing.T) {

@@ -41,6 +41,13 @@ func TestStatusShowsLinksAndTheirSplit(t *testing.T) {
 	if !strings.Contains(out, "peer headend") || !strings.Contains(out, "1 session") {
 		t.Fatalf("status does not show the session with the headend:\n%s", out)
 	}
+	// Both daemons read the flow's datagrams in the interval: each says how long they
+	// waited on its host (its kernel stamps, aggd_socket_receive_wait_seconds).
+	for who, o := range map[string]string{"CPE": out, "headend": hubOut} {
+		if !strings.Contains(o, "(since the last reading)") || !strings.Contains(o, "datagrams waited") {
+			t.Errorf("the %s's status does not say how long its datagrams waited on the host:\n%s", who, o)
+		}
+	}
 	var sum float64
 	for k := range uplinkRates {
 		name := "up" + strconv.Itoa(k+1)
