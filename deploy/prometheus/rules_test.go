@@ -283,6 +283,19 @@ var alertCases = map[string][]alertCase{
 		{fires: true, series: `aggd_socket_receive_drops_total{instance="hub",socket="listen"} 0+600x20`},
 		{fires: false, series: `aggd_socket_receive_drops_total{instance="hub",socket="listen"} 0+6x20`},
 	},
+	"AggdHostQueue": {
+		// 1000 datagrams a minute over two sockets, waiting 30 ms on average; then 2 ms.
+		{fires: true, series: `
+			aggd_socket_receive_wait_seconds_sum{instance="cpe",socket="dsl"} 0+20x25
+			aggd_socket_receive_wait_seconds_count{instance="cpe",socket="dsl"} 0+500x25
+			aggd_socket_receive_wait_seconds_sum{instance="cpe",socket="lte"} 0+10x25
+			aggd_socket_receive_wait_seconds_count{instance="cpe",socket="lte"} 0+500x25`},
+		{fires: false, series: `
+			aggd_socket_receive_wait_seconds_sum{instance="cpe",socket="dsl"} 0+1x25
+			aggd_socket_receive_wait_seconds_count{instance="cpe",socket="dsl"} 0+500x25
+			aggd_socket_receive_wait_seconds_sum{instance="cpe",socket="lte"} 0+1x25
+			aggd_socket_receive_wait_seconds_count{instance="cpe",socket="lte"} 0+500x25`},
+	},
 	"AggdControlLoopLate": {
 		// Every minute 600 runs, 5 of them more than 0.3 s late.
 		{fires: true, series: `
