@@ -182,6 +182,10 @@ func buildDashboard() *dashboard.DashboardBuilder {
 			"makes healthy links look silent (alert AggdControlLoopLate).", "s",
 			query(`histogram_quantile(0.99, sum by (le) (rate(aggd_control_loop_lateness_seconds_bucket{`+ofDaemon+
 				`}[$__rate_interval])))`, "p99")).Span(8)).
+		WithPanel(graph("Wait on the host", "How long datagrams waited between arriving and aggd reading them, on average, "+
+			"by socket: a queue of the host's own, inside every link's queueing delay (alert AggdHostQueue).", "s",
+			query(`sum by (socket) (rate(aggd_socket_receive_wait_seconds_sum{`+ofDaemon+`}[$__rate_interval])) / `+
+				`sum by (socket) (rate(aggd_socket_receive_wait_seconds_count{`+ofDaemon+`}[$__rate_interval]))`, "{{socket}}")).Span(8)).
 		WithPanel(graph("Dropped packets", "Received packets aggd dropped, by reason, and datagrams the kernel dropped because "+
 			"aggd fell behind (alert AggdSocketReceiveDrops).", "pps",
 			query(`sum by (reason) (rate(aggd_drops_total{`+ofDaemon+`}[$__rate_interval]))`, "{{reason}}"),
