@@ -248,9 +248,22 @@ class Losses(unittest.TestCase):
 
 class LossesAroundAnOutage(unittest.TestCase):
     @staticmethod
-    def scrape(t, aqm=0, lost=None, gave_up=0, late=0):
-        return {"t": t, "losses": {"aqm_drops": float(aqm), "aqm_marks": 0.0, "gave_up": float(gave_up),
-                                   "late": float(late), "link_lost": lost or {"dsl": 0.0, "lte": 0.0}}}
+    def scrape(t, aqm=0, lost=None, gave_up=0, late=0, waited=None):
+        x = {"t": t, "losses": {"aqm_drops": float(aqm), "aqm_marks": 0.0, "gave_up": float(gave_up),
+                                "late": float(late), "link_lost": lost or {"dsl": 0.0, "lte": 0.0}}}
+        if waited:  # (seconds, datagrams) so far
+            x["losses"]["socket_wait"] = {"sum": waited[0], "count": waited[1]}
+        return x
+
+    def test_the_wait_on_the_host_is_the_mean_over_the_span(self):
+        s = self.scrape
+        scr = [s(9.8, waited=(1.0, 1000)), s(10.4, waited=(1.5, 1100)), s(10.9, waited=(4.0, 1200))]
+        # 3 s over the 200 datagrams read between the scrapes at 9.8 and 10.9: 15 ms each.
+        self.assertEqual(lab.losses_in_scrapes(scr, 10.0, 11.0)["socket_wait_ms_mean"], 15.0)
+        # Nothing read in the span, or scrapes from before the metric: no mean.
+        self.assertIsNone(lab.losses_in_scrapes([s(9.8, waited=(1.0, 10)), s(10.9, waited=(1.0, 10))],
+                                                10.0, 11.0)["socket_wait_ms_mean"])
+        self.assertIsNone(lab.losses_in_scrapes([s(9.8), s(10.9)], 10.0, 11.0)["socket_wait_ms_mean"])
 
     def test_counts_are_taken_between_the_scrapes_that_bracket_the_span(self):
         s = self.scrape

@@ -2665,6 +2665,11 @@ def failover_figures(t, base, sums):
         f["receiver_lost_on_links_left_1s_after"] = (sum(v for n, v in rx["link_lost"].items() if n not in group)
                                                      if rx else None)
         f["receiver_gave_up_1s_after"] = rx["gave_up"] if rx else None
+        # And how long each side's datagrams waited on its host before it read them, on
+        # average over that second: the flow's data at the receiver, its ACKs at the
+        # sender. On a CPU too busy for both daemons the failover waits for it too.
+        f["receiver_socket_wait_ms_1s_after"] = rx["socket_wait_ms_mean"] if rx else None
+        f["sender_socket_wait_ms_1s_after"] = tx["socket_wait_ms_mean"] if tx else None
         f["loss_timeline"] = loss_timeline(tx_scr, rx_scr, t_out, min(t_up, t_out + LOSS_TIMELINE_S))
         ret = None
         if up:
@@ -2956,6 +2961,9 @@ def print_summary(r):
                if f.get("sender_aqm_drops_1s_after") is not None else "")
             + (f"; the receiver saw {f['receiver_lost_on_links_left_1s_after']} lost on the links left and gave up "
                f"{f['receiver_gave_up_1s_after']}" if f.get("receiver_gave_up_1s_after") is not None else "")
+            + (f"; datagrams waited {f['receiver_socket_wait_ms_1s_after']} ms at the receiver and "
+               f"{f.get('sender_socket_wait_ms_1s_after')} ms at the sender on average before aggd read them"
+               if f.get("receiver_socket_wait_ms_1s_after") is not None else "")
             + (f"; {f['sender_retransmits_after_return']} retransmissions in the {SENDER_AFTER_RETURN_S:g} s "
                f"after the return" if f.get("sender_retransmits_after_return") is not None else ""))
     for o in r.get("idle_outages", []):
