@@ -47,8 +47,9 @@ import (
 const maxRepairGap = 8
 
 // repairMargin is added to the best link's RTT to make the repair time: the request's
-// and the repair's jitter, and the sender's work.
-const repairMargin = 10 * time.Millisecond
+// and the repair's jitter, and the sender's work. A variable only so that tests can
+// widen it.
+var repairMargin = 10 * time.Millisecond
 
 // queuePeak keeps the longest queueing delay (µs, one-way delay above its floor) a
 // link's packets showed in the last 5 to 10 seconds, in two windows of peakWindow.
