@@ -74,10 +74,7 @@ const hostWaitLong = 10 * time.Millisecond
 func hostLine(prev, cur *Snapshot) string {
 	h, span := cur.Host, "since aggd started"
 	if prev != nil && cur.At.After(prev.At) && cur.Host.Waited >= prev.Host.Waited {
-		p := prev.Host
-		h = Host{WaitSeconds: h.WaitSeconds - p.WaitSeconds, Waited: h.Waited - p.Waited,
-			SocketDrops: max(0, h.SocketDrops-p.SocketDrops), LateRuns: max(0, h.LateRuns-p.LateRuns)}
-		span = "since the last reading"
+		h, span = cur.Host.since(prev.Host), "since the last reading"
 	}
 	if h.Waited <= 0 && h.SocketDrops <= 0 && h.LateRuns <= 0 {
 		return ""
@@ -93,21 +90,13 @@ func hostLine(prev, cur *Snapshot) string {
 	}
 	if h.LateRuns > 0 {
 		parts = append(parts, fmt.Sprintf("the control loop ran more than %.1f s late %s (healthy links may have been suspected)",
-			lateRunSeconds, times(h.LateRuns)))
+			lateRunSeconds, plural(h.LateRuns, "time")))
 	}
 	if mean >= hostWaitLong || h.SocketDrops > 0 || h.LateRuns > 0 {
 		return "HOST BEHIND (" + span + "): the CPU is short for aggd's traffic: " + strings.Join(parts, "; ") +
 			". Give aggd a core, or try the kernel fast path (docs/fastpath.md)"
 	}
 	return "host (" + span + "): " + strings.Join(parts, "; ")
-}
-
-// times says a count of occurrences in words.
-func times(n float64) string {
-	if n == 1 {
-		return "once"
-	}
-	return fmt.Sprintf("%.0f times", n)
 }
 
 // renderCaps shows each capped uplink's use of its allowance in this billing period.

@@ -118,6 +118,14 @@ type Host struct {
 	LateRuns float64
 }
 
+// since is what h (a later reading) added to the earlier reading p. The caller takes it
+// only where the wait count did not go back (a restarted daemon); drops and late runs
+// that went back add nothing.
+func (h Host) since(p Host) Host {
+	return Host{WaitSeconds: h.WaitSeconds - p.WaitSeconds, Waited: h.Waited - p.Waited,
+		SocketDrops: max(0, h.SocketDrops-p.SocketDrops), LateRuns: max(0, h.LateRuns-p.LateRuns)}
+}
+
 // lateRunSeconds is the lateness Host.LateRuns counts: the suspicion time at the
 // default probe interval (three intervals of 100 ms), a bucket of the histogram.
 const lateRunSeconds = 0.3

@@ -604,12 +604,13 @@ type bed struct {
 // evidence or by loss notices, so a wide margin makes no test wait on it.
 const bedHoldMargin = 500 * time.Millisecond
 
-// widenHoldMargin sets holdMargin to bedHoldMargin for the test. (Restored last if
-// called first: cleanups run in reverse.)
-func widenHoldMargin(t *testing.T) {
-	saved := holdMargin
-	holdMargin = bedHoldMargin
-	t.Cleanup(func() { holdMargin = saved })
+// widenMargin sets a margin the daemons read (holdMargin, repairMargin) to a bed's for
+// the test. Called before the bed starts, it is restored last: cleanups run in
+// reverse, so the bed's daemons have stopped by then.
+func widenMargin(t *testing.T, margin *time.Duration, bed time.Duration) {
+	saved := *margin
+	*margin = bed
+	t.Cleanup(func() { *margin = saved })
 }
 
 // internet is where upstream test packets go.
@@ -623,7 +624,7 @@ func newBed(t *testing.T, peers ...testPeer) *bed {
 // newBedWith is newBed with the headend's config changed by tweak (if not nil) first.
 func newBedWith(t *testing.T, tweak func(*HeadendConfig), peers ...testPeer) *bed {
 	t.Helper()
-	widenHoldMargin(t)
+	widenMargin(t, &holdMargin, bedHoldMargin)
 	key, err := handshake.GenerateKey()
 	if err != nil {
 		t.Fatal(err)

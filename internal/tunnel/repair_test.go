@@ -28,9 +28,7 @@ type repairBed struct {
 const bedRepairMargin = 500 * time.Millisecond
 
 func newRepairBed(t *testing.T, repair bool) *repairBed {
-	saved := repairMargin // restored last: the bed's cleanups, registered after, stop its daemons first
-	repairMargin = bedRepairMargin
-	t.Cleanup(func() { repairMargin = saved })
+	widenMargin(t, &repairMargin, bedRepairMargin)
 	p := newPeer(t, "cpe1", "100.64.0.2")
 	b := newBedWith(t, func(c *HeadendConfig) { c.Session.LossRepair = repair }, p)
 	n := b.startCPEWith(p, 1, time.Hour, func(c *CPEConfig) { c.Session.LossRepair = repair })
