@@ -135,6 +135,70 @@ class EstimateTrail(unittest.TestCase):
                          "no capacity estimate logged")
 
 
+class GoDuration(unittest.TestCase):
+    """Durations as aggd's log prints them (Go's time.Duration.String)."""
+
+    def test_each_unit_and_compounds(self):
+        for text, want in (("0s", 0.0), ("1.05688s", 1.05688), ("528.617µs", 528.617e-6), ("28.863ms", 0.028863),
+                           ("850ns", 850e-9), ("1m2.5s", 62.5), ("-3ms", -0.003)):
+            self.assertAlmostEqual(lab.go_duration_s(text), want, places=12, msg=text)
+
+    def test_what_is_not_one(self):
+        for text in ("", "ms", "3", "3 ms", "3msx", "true"):
+            self.assertIsNone(lab.go_duration_s(text), text)
+
+
+class EstimatorSummary(unittest.TestCase):
+    """What the sender's estimator made of a link over a transfer, from its debug lines."""
+
+    @staticmethod
+    def line(at, link, rate, cap, phase, sent=1.0, delivered=1.0, queue="0s", interval="100ms"):
+        return (f"time={at} level=DEBUG msg=estimate role=cpe peer=headend session=1 link={link} "
+                f"interval={interval} delivered_mbit_s={delivered} sent_mbit_s={sent} packets=9 lost=0 "
+                f"queue={queue} have_queue=true least_queue=0s most_queue=0s jitter=1ms stalled=0s "
+                f"phase={phase} rate_mbit_s={rate} capacity_mbit_s={cap}")
+
+    START = 1796338160.0  # 2026-12-03T22:49:20Z
+
+    def log(self):
+        return "\n".join([
+            self.line("2026-12-03T22:49:19.900Z", "lte", 9, 9, "idle"),  # before the window
+            self.line("2026-12-03T22:49:20.000Z", "lte", 2.0, 2.0, "probing", sent=2.0, delivered=2.0),
+            self.line("2026-12-03T22:49:21.000Z", "lte", 1.0, 1.8, "drain", sent=1.0, delivered=1.5,
+                      queue="20ms", interval="1s"),
+            self.line("2026-12-03T22:49:21.000Z", "cable", 5, 5, "probing"),  # another link
+            'time=2026-12-03T22:49:21.500Z level=INFO msg="link capacity estimate" link=lte mbit_s=1.8',
+            self.line("2026-12-03T22:49:24.000Z", "lte", 7, 7, "idle"),  # after the window
+        ])
+
+    def test_each_rate_is_weighted_by_how_long_it_stood(self):
+        got = lab.estimator_summary(self.log(), "lte", self.START, self.START + 3)
+        # 2.0 for 1 s, then 1.0 for the 2 s left of the window.
+        self.assertAlmostEqual(got["assumed_rate_mbit"], (2.0 + 2 * 1.0) / 3, places=3)
+        self.assertAlmostEqual(got["capacity_mbit"], (2.0 + 2 * 1.8) / 3, places=3)
+        self.assertEqual(got["least_assumed_rate_mbit"], 1.0)
+        self.assertEqual(got["phase_share"], {"drain": 0.67, "probing": 0.33})
+        self.assertEqual(got["samples"], 2)
+
+    def test_sent_and_delivered_are_weighted_by_each_sample_s_interval(self):
+        got = lab.estimator_summary(self.log(), "lte", self.START, self.START + 3)
+        self.assertAlmostEqual(got["sent_mbit"], (2.0 * 0.1 + 1.0 * 1) / 1.1, places=3)
+        self.assertAlmostEqual(got["delivered_mbit"], (2.0 * 0.1 + 1.5 * 1) / 1.1, places=3)
+        self.assertEqual(got["queue_p50_ms"], 20.0)
+
+    def test_none_without_a_sample_in_the_window(self):
+        self.assertIsNone(lab.estimator_summary(self.log(), "dsl", self.START, self.START + 3))
+        info_only = "\n".join(l for l in self.log().splitlines() if "DEBUG" not in l)
+        self.assertIsNone(lab.estimator_summary(info_only, "lte", self.START, self.START + 3))
+
+    def test_in_words_the_sum_of_what_was_assumed(self):
+        est = {"lte": lab.estimator_summary(self.log(), "lte", self.START, self.START + 3),
+               "cable": lab.estimator_summary(self.log(), "cable", self.START, self.START + 3), "dsl": None}
+        got = lab.estimates_text(est)
+        self.assertTrue(got.startswith("assumed 6.33 Mbit/s in all: "), got)
+        self.assertIn("lte assumed 1.333 (least 1.0), capacity 1.867, sent 1.091, drain 67% of the time", got)
+
+
 def scrapes(*rows):
     """Scrapes of the CPE's metrics, from (t, {link: up}, {link: stamp}) rows."""
     return [{"t": t, "took_s": 0.1, "up": up, "changed": changed} for t, up, changed in rows]

@@ -126,8 +126,11 @@ BASELINE_ATTEMPTS = 3
 # the burst with probability r = 25 % in the lossy profile: 30 packets leave it but for
 # 0.75^30 = 0.02 %).
 LOSS_CHAIN_FLUSH_PACKETS = 30
-# aggd's log level in the lab (debug: one line per estimator sample, for diagnosis).
-AGGD_LOG_LEVEL = os.environ.get("LAB_LOG_LEVEL", "info")
+# aggd's log level in the lab. Debug by default: its one line per estimator sample is
+# what each transfer's sender_estimates are read from (a few lines a second per link,
+# nothing per packet), so a run that misses its figure shows whether the assumed rates
+# or the flow held the bond back.
+AGGD_LOG_LEVEL = os.environ.get("LAB_LOG_LEVEL", "debug")
 
 libc = ctypes.CDLL(None, use_errno=True)
 CLONE_NEWNET = 0x40000000
@@ -2237,26 +2240,46 @@ bpf:
         self.result["wall_s"] = round(time.time() - t_start, 1)
         return self.result
 
+    def sender_link_id(self, t, name):
+        """How the transfer's sender (the CPE upstream, the headend downstream) names
+        link `name` in its log."""
+        if t["direction"] == "up":
+            return name
+        # The headend names a CPE's links by their place in its config, from 0.
+        return next((f"link{l['index'] - 1}" for l in self.topo.links if l["name"] == name), name)
+
+    def sender_log(self, t):
+        """The transfer's sender's log so far."""
+        with open(os.path.join(self.work, "cpe.log" if t["direction"] == "up" else "hub.log"), errors="replace") as f:
+            return f.read()
+
     def estimate_trail(self, t, name):
-        """What the transfer's sender (the CPE upstream, the headend downstream) logged
-        of link `name`'s capacity estimate from 5 s before the flow to its end."""
-        up = t["direction"] == "up"
-        if up:
-            link = name
-        else:
-            # The headend names a CPE's links by their place in its config, from 0.
-            link = next((f"link{l['index'] - 1}" for l in self.topo.links if l["name"] == name), name)
-        path = os.path.join(self.work, "cpe.log" if up else "hub.log")
+        """What the transfer's sender logged of link `name`'s capacity estimate from 5 s
+        before the flow to its end."""
+        link = self.sender_link_id(t, name)
         try:
-            with open(path, errors="replace") as f:
-                text = f.read()
+            text = self.sender_log(t)
         except OSError as e:
             return f"no log to read ({e})"
         start = t.get("flow_start_clock")
         if start is None:
             return "no flow start on record"
-        return (f"the {'CPE' if up else 'headend'}'s estimates of {link}: "
+        return (f"the {'CPE' if t['direction'] == 'up' else 'headend'}'s estimates of {link}: "
                 + estimate_trail(text, link, start - 5, start + t["seconds"] + 1))
+
+    def sender_estimates(self, t):
+        """estimator_summary of every link over the transfer's flow, by link name; None
+        if the sender's log has no per-sample lines for it."""
+        start = t.get("flow_start_clock")
+        try:
+            text = self.sender_log(t)
+        except OSError:
+            return None
+        if start is None:
+            return None
+        out = {l["name"]: estimator_summary(text, self.sender_link_id(t, l["name"]), start, start + t["seconds"])
+               for l in self.sc["links"]}
+        return out if any(out.values()) else None
 
     def summarize(self):
         r = self.result
@@ -2307,6 +2330,7 @@ bpf:
             if t["stall"]:
                 checks[f"survived_outage_{key}"] = t["completed"]
             t["failover_figures"] = failover_figures(t, base, sums)
+            t["sender_estimates"] = self.sender_estimates(t)
         r["failover"] = [dict(s, direction=t["direction"], transfer=t.get("label", t["direction"]),
                               **{k: v for k, v in f.items() if k not in s})
                          for t in r["transfers"] for s, f in zip(t["stall"], t["failover_figures"])]
@@ -2899,6 +2923,85 @@ def estimate_trail(log_text, link, t_from, t_to, most=8):
     return ("... " if len(out) > most else "") + "; ".join(out[-most:])
 
 
+ESTIMATOR_SAMPLE_LOG = re.compile(r'^time=(\S+) level=DEBUG msg=estimate .* link=(\S+) (.*)$')
+GO_DURATION_PART = re.compile(r'([0-9.]+)(ns|us|µs|ms|s|m|h)')
+GO_DURATION_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def go_duration_s(text):
+    """A Go time.Duration as printed ("1.5s", "528.617µs", "1m2s", "0s", "-3ms") in
+    seconds; None if it is not one."""
+    sign, body = (-1, text[1:]) if text.startswith("-") else (1, text)
+    parts = GO_DURATION_PART.findall(body)
+    if not parts or "".join(v + u for v, u in parts) != body:
+        return None
+    return sign * sum(float(v) * GO_DURATION_UNIT_S[u] for v, u in parts)
+
+
+def estimator_summary(log_text, link, t_from, t_to):
+    """What a sender's estimator made of one link from t_from to t_to (epoch seconds),
+    from aggd's per-sample debug lines (msg=estimate; the lab runs aggd at debug level
+    for them): the rate the scheduler assumed and the capacity estimate, each weighted by
+    how long it stood, the least assumed rate, what the link was sent and delivered, and
+    the share of the time after samples of each phase (drain: a standing queue; probing;
+    idle; start). The assumed rates are what the scheduler gives the links: their sum
+    below what the links can carry holds the bond back whatever the flow wants. None
+    without a sample in the window (aggd at info level, or the link unused)."""
+    rows = []
+    for line in log_text.splitlines():
+        m = ESTIMATOR_SAMPLE_LOG.match(line)
+        if not m or m.group(2) != link:
+            continue
+        try:
+            at = datetime.datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+        kv = dict(re.findall(r'(\w+)=(\S+)', m.group(3)))
+        try:
+            row = {"at": at, "interval_s": go_duration_s(kv["interval"]), "rate": float(kv["rate_mbit_s"]),
+                   "capacity": float(kv["capacity_mbit_s"]), "sent": float(kv["sent_mbit_s"]),
+                   "delivered": float(kv["delivered_mbit_s"]), "queue_s": go_duration_s(kv["queue"]),
+                   "phase": kv["phase"]}
+        except (KeyError, ValueError):
+            continue
+        if row["interval_s"] is not None:
+            rows.append(row)
+    # Each sample's rate stands from its line until the next one (or the window's end);
+    # what it was sent and delivered is over its own interval, which ends at the line.
+    inside = [i for i, x in enumerate(rows) if t_from <= x["at"] <= t_to]
+    if not inside:
+        return None
+    standing = {"rate": 0.0, "capacity": 0.0}
+    phases = {}
+    held = 0.0
+    for i in inside:
+        end = min(t_to, rows[i + 1]["at"]) if i + 1 < len(rows) else t_to
+        span = max(0.0, end - rows[i]["at"])
+        held += span
+        for k in standing:
+            standing[k] += rows[i][k] * span
+        phases[rows[i]["phase"]] = phases.get(rows[i]["phase"], 0.0) + span
+    covered = sum(rows[i]["interval_s"] for i in inside) or 1.0
+    queues = sorted(rows[i]["queue_s"] for i in inside if rows[i]["queue_s"] is not None)
+    return {"samples": len(inside),
+            "assumed_rate_mbit": round(standing["rate"] / held, 3) if held else rows[inside[-1]]["rate"],
+            "capacity_mbit": round(standing["capacity"] / held, 3) if held else rows[inside[-1]]["capacity"],
+            "least_assumed_rate_mbit": min(rows[i]["rate"] for i in inside),
+            "sent_mbit": round(sum(rows[i]["sent"] * rows[i]["interval_s"] for i in inside) / covered, 3),
+            "delivered_mbit": round(sum(rows[i]["delivered"] * rows[i]["interval_s"] for i in inside) / covered, 3),
+            "queue_p50_ms": round(1e3 * queues[len(queues) // 2], 1) if queues else None,
+            "phase_share": {k: round(v / held, 2) for k, v in sorted(phases.items())} if held else {}}
+
+
+def estimates_text(by_link):
+    """A transfer's sender_estimates in words, for the log."""
+    parts = [f"{n} assumed {e['assumed_rate_mbit']} (least {e['least_assumed_rate_mbit']}), capacity "
+             f"{e['capacity_mbit']}, sent {e['sent_mbit']}, drain {100 * e['phase_share'].get('drain', 0):.0f}% of the time"
+             for n, e in by_link.items() if e]
+    total = sum(e["assumed_rate_mbit"] for e in by_link.values() if e)
+    return f"assumed {total:.2f} Mbit/s in all: " + "; ".join(parts)
+
+
 def enforced_figures(sc):
     """Which must-show figures fail the scenario when they fail: LAB_ENFORCE=1 (or
     `--enforce`) all of them, LAB_ENFORCE=0 none, unset: the scenario's `enforce` list
@@ -2948,6 +3051,9 @@ def print_summary(r):
             f"(best link {a['best_single_link_mbit']:.2f}) -> "
             + (f"ratio {ratio:.2f}" if ratio is not None else f"CPU-BOUND, not a link result (ratio would be {a['ratio_cpu_bound']})")
             + f"; RTT under load p50 {rt.get('p50_ms')} p95 {rt.get('p95_ms')} ms")
+        est = next((t.get("sender_estimates") for t in trs if t.get("label", t["direction"]) == k), None)
+        if est:
+            log(f"    {'':>10}  the sender's estimator: {estimates_text(est)}")
     for f in r.get("failover", []):
         log(f"    failover ({f.get('transfer', f['direction'])}): {f['link']} down at {f['outage_at']}s, back at "
             f"{f['restored_at']}s: stall {f['stall_s']} s, goodput during outage avg {f['avg_goodput_during_mbit']} "
