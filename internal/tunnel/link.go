@@ -219,6 +219,31 @@ func (a *rxAccount) account(h *wire.Header, size int, owd int32, now time.Time, 
 	return gap
 }
 
+// behindProbe takes a probe that arrived on the link, carrying the last link sequence
+// number the peer had sent on it (Session.watermark), while the receiver asks for
+// repairs: the link is FIFO, so what the peer sent before the probe and has not arrived
+// is lost, and the gap is returned (with the probe's queueing, owd, as a data packet's
+// would be) so that the repair is asked for now. The probe's watermark then proves the
+// same numbers lost to the resequencer, which, if the repair were only asked for at the
+// next data packet, would give them up first and take the repair for a late copy.
+func (a *rxAccount) behindProbe(linkSeq uint32, owd int32, now time.Time) (gap rxGap) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.repairs || !a.seenAny {
+		return gap
+	}
+	d := wire.SeqDiff(linkSeq, a.highLinkSeq)
+	if d <= 0 {
+		return gap
+	}
+	gap.lost = uint32(d)
+	a.lost += gap.lost
+	a.highLinkSeq = linkSeq
+	gap.queued = owd - a.owdFloor
+	gap.peak = a.peak.at(now)
+	return gap
+}
+
 // owdFrame turns the raw one-way delays of a session's packets (our 32-bit microsecond
 // clock less the sender's stamp, the clocks' offset included) into the session's own
 // frame: relative to the first one, plus owdFrameMargin. The raw values sit wherever

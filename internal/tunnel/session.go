@@ -835,7 +835,17 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 			s.sendProbe(l, 0)
 		}
 		nanos := clock.Nanos()
+		var gap rxGap
+		if s.fp == nil { // with a fast path the daemon does not see all the link's data
+			gap = l.rx.behindProbe(h.LinkSeq, s.owd.rel(clock.Micros32(nanos)-h.Timestamp), now)
+			if gap.lost > 0 {
+				l.m.lost.Add(float64(gap.lost))
+			}
+		}
 		s.rxMu.Lock()
+		if gap.lost > 0 && s.awaitRepair(l, gap, nanos) {
+			defer s.requestRepair(l, h.LinkSeq+1, gap.lost) // after rxMu: it sends
+		}
 		if !s.kernelMayOwn() {
 			s.reseq.Watermark(nanos, h.LinkID, h.Seq, s.deliver)
 		}
