@@ -456,13 +456,13 @@ func (e *Estimator) Update(s Sample) {
 		// sent it enough to measure it again (BENCHMARKS.md, "Three false
 		// measures"). The queue drains the rate of a measured link; startup goes on.
 		e.phase = PhaseDrain
-		e.liftCapacity(delivered)
+		e.liftCapacity(delivered, s.Packets)
 		if !e.startup && e.kf.valid() {
 			e.rate = math.Min(e.rate, e.drainedRate(s))
 		}
 	case saturated && (appLimited || unsure):
 		e.phase = PhaseDrain
-		e.liftCapacity(delivered)
+		e.liftCapacity(delivered, s.Packets)
 		switch {
 		case e.startup:
 			// Startup goes on, but its rate comes back to the most the link has been
@@ -480,7 +480,7 @@ func (e *Estimator) Update(s Sample) {
 	case saturated && s.Packets >= MinSamplePackets:
 		// Standing queue: the bottleneck never idled, so it delivered its capacity.
 		e.phase, e.startup, e.trained = PhaseDrain, false, false
-		e.kf.update(delivered)
+		e.kf.update(delivered, s.Packets)
 		e.rate = e.drainedRate(s)
 	case saturated:
 		// A queue, but on too few packets to measure a rate by (a slow link in a short
@@ -496,7 +496,7 @@ func (e *Estimator) Update(s Sample) {
 		// capacity. (One such period can be a burst of random loss.)
 		if e.policedLast {
 			e.phase, e.startup, e.streak, e.trained = PhaseDrain, false, 0, false
-			e.kf.update(delivered)
+			e.kf.update(delivered, s.Packets)
 			e.rate = e.kf.x
 		}
 		policed = true
@@ -505,7 +505,7 @@ func (e *Estimator) Update(s Sample) {
 		// (While another link queues, the sender is held back by that link, so this one
 		// is given less than its rate; it still has room, and must grow to take over.)
 		e.phase = PhaseProbing
-		e.liftCapacity(delivered)
+		e.liftCapacity(delivered, s.Packets)
 		if e.startup {
 			e.phase = PhaseStart
 			e.rate = math.Min(2*e.rate, startupCeiling*delivered)
@@ -524,7 +524,7 @@ func (e *Estimator) Update(s Sample) {
 	default:
 		// Application-limited: the link's limit was not reached, so keep what we know.
 		e.phase = PhaseIdle
-		e.liftCapacity(delivered)
+		e.liftCapacity(delivered, s.Packets)
 		if !e.growBlind(s, e.queue) && e.kf.valid() {
 			e.rate = math.Max(e.rate, math.Min(e.kf.x, e.rate*(1+recoverGain)))
 		}
@@ -664,12 +664,12 @@ func (e *Estimator) hasRoom(s Sample) bool {
 // capacity: believed outright in startup (where it is the only measure there is),
 // filtered afterwards (one period can deliver more than the link's rate: a burst that
 // waited upstream; the lab's VM showed 3.5 Mbit/s from a 3 Mbit/s link).
-func (e *Estimator) liftCapacity(delivered float64) {
+func (e *Estimator) liftCapacity(delivered float64, packets uint32) {
 	if e.startup {
 		e.kf.raise(delivered)
 		return
 	}
-	e.kf.lowerBound(delivered)
+	e.kf.lowerBound(delivered, packets)
 }
 
 // given is the rate the link can be expected to have been given when it is busy: its

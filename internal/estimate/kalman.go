@@ -67,8 +67,19 @@ func (k *kalman) prior(x float64) {
 	k.p = (0.5 * x) * (0.5 * x)
 }
 
-// update folds in one capacity measurement z.
-func (k *kalman) update(z float64) {
+// update folds in one capacity measurement z, made over n packets (0: unknown).
+//
+// A measurement over few packets is coarse: one packet more or less in its period moves
+// it by a packet's share, x/n, and a token bucket's burst at the period's start does the
+// same. That much is expected noise, whatever the filter has learned (noise is learned
+// from ordinary samples only, so a filter that learned a tight level from a fast link's
+// samples, or from one coarse sample that came first, never widens by itself). Without it
+// a scaled 0.2 Mbit/s ADSL upstream, measured over 4–5 packets a sample, took a first
+// sample of 0.26 Mbit/s as its capacity and then held back every honest one (0.16–0.20)
+// as an outlier for 3.7 s; assumed 30 % above its rate, the link queued 60–80 ms again
+// and again, and the bond's ordering waited for it (the lab's SOHO upstream, CI run of
+// c8c4d2b; BENCHMARKS.md, "One coarse sample").
+func (k *kalman) update(z float64, n uint32) {
 	if !k.valid() {
 		k.reset(z)
 		return
@@ -77,6 +88,9 @@ func (k *kalman) update(z float64) {
 	k.p += q * q
 	y := z - k.x
 	r := math.Max(k.r, (minNoiseFrac*k.x)*(minNoiseFrac*k.x))
+	if n > 0 {
+		r = math.Max(r, (k.x/float64(n))*(k.x/float64(n)))
+	}
 	if s := k.p + r; y*y > 4*s {
 		if y > 0 && k.outside > 0 || y < 0 && k.outside < 0 {
 			// The second far sample on the same side: the capacity has changed.
@@ -112,16 +126,16 @@ func (k *kalman) raise(z float64) {
 	}
 }
 
-// lowerBound folds in z as a measurement if it is above the estimate: the link
+// lowerBound folds in z (over n packets) as a measurement if it is above the estimate: the link
 // delivered z without a queue, so its capacity is at least that, but a single period
 // can deliver more than the link's rate (a burst that waited in a buffer upstream), so
 // it is filtered like any sample rather than believed outright.
-func (k *kalman) lowerBound(z float64) {
+func (k *kalman) lowerBound(z float64, n uint32) {
 	if !k.valid() {
 		k.reset(z)
 		return
 	}
 	if z > k.x {
-		k.update(z)
+		k.update(z, n)
 	}
 }
