@@ -89,7 +89,8 @@ func (k *kalman) update(z float64, n uint32) {
 	y := z - k.x
 	r := math.Max(k.r, (minNoiseFrac*k.x)*(minNoiseFrac*k.x))
 	if n > 0 {
-		r = math.Max(r, (k.x/float64(n))*(k.x/float64(n)))
+		perPacket := k.x / float64(n)
+		r = math.Max(r, perPacket*perPacket)
 	}
 	if s := k.p + r; y*y > 4*s {
 		if y > 0 && k.outside > 0 || y < 0 && k.outside < 0 {

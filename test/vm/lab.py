@@ -2271,11 +2271,11 @@ bpf:
         """estimator_summary of every link over the transfer's flow, by link name; None
         if the sender's log has no per-sample lines for it."""
         start = t.get("flow_start_clock")
+        if start is None:
+            return None
         try:
             text = self.sender_log(t)
         except OSError:
-            return None
-        if start is None:
             return None
         out = {l["name"]: estimator_summary(text, self.sender_link_id(t, l["name"]), start, start + t["seconds"])
                for l in self.sc["links"]}
@@ -2892,7 +2892,22 @@ def idle_links(data_mbit, baseline_mbit, cpu_bound_ratio=None):
             for n in idle_link_names(data_mbit, baseline_mbit, cpu_bound_ratio)]
 
 
-ESTIMATE_LOG = re.compile(r'^time=(\S+) level=\S+ msg="((?:link capacity|probe train|long probe train)[^"]*)".* link=(\S+) (.*)$')
+ESTIMATE_LOG = re.compile(r'^time=(?P<time>\S+) level=\S+ msg="((?:link capacity|probe train|long probe train)[^"]*)".* '
+                          r'link=(?P<link>\S+) (.*)$')
+
+
+def link_log_lines(log_text, pattern, link):
+    """(epoch seconds, match) for each line of a daemon's log that pattern matches and
+    that is about link (the pattern's groups `time` and `link`)."""
+    for line in log_text.splitlines():
+        m = pattern.match(line)
+        if not m or m.group("link") != link:
+            continue
+        try:
+            at = datetime.datetime.fromisoformat(m.group("time").replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            continue
+        yield at, m
 
 
 def estimate_trail(log_text, link, t_from, t_to, most=8):
@@ -2902,14 +2917,7 @@ def estimate_trail(log_text, link, t_from, t_to, most=8):
     line: each as seconds from t_from, then the line's figures (and its message, unless
     it is the plain change). The last `most` of them."""
     before, out = None, []
-    for line in log_text.splitlines():
-        m = ESTIMATE_LOG.match(line)
-        if not m or m.group(3) != link:
-            continue
-        try:
-            at = datetime.datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            continue
+    for at, m in link_log_lines(log_text, ESTIMATE_LOG, link):
         what = "" if m.group(2) == "link capacity estimate" else m.group(2) + ": "
         entry = f"{at - t_from:+.2f}s {what}{m.group(4)}"
         if at < t_from:
@@ -2923,7 +2931,7 @@ def estimate_trail(log_text, link, t_from, t_to, most=8):
     return ("... " if len(out) > most else "") + "; ".join(out[-most:])
 
 
-ESTIMATOR_SAMPLE_LOG = re.compile(r'^time=(\S+) level=DEBUG msg=estimate .* link=(\S+) (.*)$')
+ESTIMATOR_SAMPLE_LOG = re.compile(r'^time=(?P<time>\S+) level=DEBUG msg=estimate .* link=(?P<link>\S+) (?P<fields>.*)$')
 GO_DURATION_PART = re.compile(r'([0-9.]+)(ns|us|µs|ms|s|m|h)')
 GO_DURATION_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -2948,15 +2956,8 @@ def estimator_summary(log_text, link, t_from, t_to):
     below what the links can carry holds the bond back whatever the flow wants. None
     without a sample in the window (aggd at info level, or the link unused)."""
     rows = []
-    for line in log_text.splitlines():
-        m = ESTIMATOR_SAMPLE_LOG.match(line)
-        if not m or m.group(2) != link:
-            continue
-        try:
-            at = datetime.datetime.fromisoformat(m.group(1).replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            continue
-        kv = dict(re.findall(r'(\w+)=(\S+)', m.group(3)))
+    for at, m in link_log_lines(log_text, ESTIMATOR_SAMPLE_LOG, link):
+        kv = dict(re.findall(r'(\w+)=(\S+)', m.group("fields")))
         try:
             row = {"at": at, "interval_s": go_duration_s(kv["interval"]), "rate": float(kv["rate_mbit_s"]),
                    "capacity": float(kv["capacity_mbit_s"]), "sent": float(kv["sent_mbit_s"]),
