@@ -336,12 +336,13 @@ func (e *Estimator) InStartup() bool { return e.startup }
 // yet: like a configured prior, it ends startup, so that the first traffic is split by
 // measured capacities instead of equally (an equal first split buried a scaled ADSL
 // upstream under a third of a TCP flow's first burst: 345 ms of queue in the lab,
-// which stalled the whole bond's ordering).
+// which stalled the whole bond's ordering). Unlike a prior, it is trusted as a
+// measurement (kalman.measured).
 func (e *Estimator) Train(capacity float64) {
 	if !e.startup || capacity <= 0 {
 		return
 	}
-	e.kf.prior(capacity)
+	e.kf.measured(capacity)
 	e.rate, e.startup, e.trained = e.clamp(capacity), false, true
 }
 

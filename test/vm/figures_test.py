@@ -199,6 +199,43 @@ class EstimatorSummary(unittest.TestCase):
         self.assertIn("lte assumed 1.333 (least 1.0), capacity 1.867, sent 1.091, drain 67% of the time", got)
 
 
+class ProbeTrains(unittest.TestCase):
+    """Each side's probe-train measures beside the rates the lab gave the links."""
+
+    SC = {"links": [{"name": "dsl"}, {"name": "cable"}, {"name": "lte", "fluctuate": {"period_s": 2}}],
+          "schedule": [{"action": "rate", "links": ["cable"]}, {"action": "down", "links": ["dsl"]}]}
+    LINKS = [{"name": "dsl", "index": 1, "up": {"rate_mbit": 0.2}, "down": {"rate_mbit": 0.48}},
+             {"name": "cable", "index": 2, "up": {"rate_mbit": 1.5}, "down": {"rate_mbit": 3.0}},
+             {"name": "lte", "index": 3, "up": {"rate_mbit": 2.25}, "down": {"rate_mbit": 1.2}}]
+
+    @staticmethod
+    def line(link, mbit, role="cpe", probes=8, name=None):
+        return (f'time=2026-12-06T10:28:30.684Z level=INFO msg="link capacity measured by a probe train" '
+                f'role={role} peer=headend session=1 link={link}' + (f" name={name}" if name else "")
+                + f' mbit_s={mbit} probes={probes} replies={probes}')
+
+    def test_each_measure_beside_its_link_s_rate(self):
+        cpe = "\n".join([self.line("dsl", 0.19), self.line("lte", 2.0),
+                         'time=2026-12-06T10:28:30.690Z level=INFO msg="probe train measured nothing; '
+                         'the link\'s rate is found by its traffic" link=cable why="irregular spacing"'])
+        hub = "\n".join([self.line("link1", 3.3, role="headend", probes=48),
+                         self.line("link0", 0.48, role="headend", name="dsl")])
+        got = lab.probe_trains(self.SC, self.LINKS, cpe, hub)
+        self.assertEqual([(t["side"], t["direction"], t["link"], t["link_mbit"], t["ratio"], t["rate_varies"])
+                          for t in got],
+                         [("cpe", "up", "dsl", 0.2, 0.95, False), ("cpe", "up", "lte", 2.25, 0.889, True),
+                          ("headend", "down", "cable", 3.0, 1.1, True), ("headend", "down", "dsl", 0.48, 1.0, False)])
+        self.assertEqual(got[2]["probes"], 48)
+
+    def test_in_words_only_the_links_of_fixed_rate(self):
+        got = lab.probe_trains(self.SC, self.LINKS, "\n".join([self.line("dsl", 0.19), self.line("lte", 1.0)]),
+                               "\n".join([self.line("link0", 0.5, role="headend"),
+                                          self.line("link0", 0.42, role="headend")]))
+        self.assertEqual(lab.probe_trains_text(got),
+                         "3 measures of links of fixed rate at 0.88-1.04 times the link's rate (median 0.95)")
+        self.assertEqual(lab.probe_trains_text([]), "no probe train measured a link of fixed rate")
+
+
 def scrapes(*rows):
     """Scrapes of the CPE's metrics, from (t, {link: up}, {link: stamp}) rows."""
     return [{"t": t, "took_s": 0.1, "up": up, "changed": changed} for t, up, changed in rows]

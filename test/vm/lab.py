@@ -9,6 +9,7 @@ Run it through test/vm/lab (which boots the netem VM when the host kernel lacks 
     test/vm/lab demo [soho]                 the demo: live per-link throughput, summary
     test/vm/lab list                        scenarios and profiles
     test/vm/lab plot results/lab/soho/result.json   redraw a plot
+    python3 test/vm/lab.py trains results/lab/*/    probe trains' measures against the links' rates
 
 Topology (every box a network namespace, prefix $LAB_PREFIX, default aggd-lab-):
 
@@ -2236,6 +2237,7 @@ bpf:
             self.result["idle_outages"] = [self.idle_outage(o) for o in sc["idle_outages"]]
         self.save_metrics()
         self.fluct_stop.set()
+        self.record_probe_trains()
         self.summarize()
         self.result["wall_s"] = round(time.time() - t_start, 1)
         return self.result
@@ -2247,6 +2249,19 @@ bpf:
             return name
         # The headend names a CPE's links by their place in its config, from 0.
         return next((f"link{l['index'] - 1}" for l in self.topo.links if l["name"] == name), name)
+
+    def record_probe_trains(self):
+        """The probe trains' measures of the links against the links' rates, into
+        result.json (probe_trains) and the log."""
+        logs = []
+        for name in ("cpe.log", "hub.log"):
+            try:
+                with open(os.path.join(self.work, name), errors="replace") as f:
+                    logs.append(f.read())
+            except OSError:
+                logs.append("")
+        self.result["probe_trains"] = probe_trains(self.sc, self.result["links"], *logs)
+        info("probe trains: " + probe_trains_text(self.result["probe_trains"]))
 
     def sender_log(self, t):
         """The transfer's sender's log so far."""
@@ -3003,6 +3018,75 @@ def estimates_text(by_link):
     return f"assumed {total:.2f} Mbit/s in all: " + "; ".join(parts)
 
 
+TRAIN_LOG = re.compile(r'^time=(?P<time>\S+) level=\S+ msg="link capacity measured by a probe train" .*?'
+                       r'\blink=(?P<link>\S+)(?: name=(?P<name>\S+))? mbit_s=(?P<mbit>[0-9.]+) probes=(?P<probes>\d+)')
+
+
+def probe_trains(sc, links, cpe_log, hub_log):
+    """Each capacity a probe train measured, as both daemons logged it, beside
+    the rate the lab gave the link in that direction (the CPE measures the upstream, the
+    headend the downstream, naming links by their place in the CPE's config, from 0,
+    and by the CPE's name for them where it knows it).
+    links: result.json's links. rate_varies: the link's rate moved (fluctuate, or a
+    scheduled rate change), so the ratio says little. How much a train can be trusted
+    against the estimator's samples (the filter takes a train as a sample over
+    estimate.trainTrust packets) rests on these ratios."""
+    varies = {l["name"] for l in sc["links"] if l.get("fluctuate")}
+    varies |= {n for ev in sc.get("schedule", []) if ev.get("action") == "rate" for n in ev["links"]}
+    out = []
+    for side, d, text in (("cpe", "up", cpe_log), ("headend", "down", hub_log)):
+        for line in text.splitlines():
+            m = TRAIN_LOG.match(line)
+            if not m:
+                continue
+            link = m.group("name") or m.group("link")
+            if side == "headend" and link.startswith("link") and link[4:].isdigit():
+                link = next((b["name"] for b in links if b["index"] == int(link[4:]) + 1), link)
+            b = next((b for b in links if b["name"] == link), None)
+            rate = b[d]["rate_mbit"] if b else None
+            mbit = float(m.group("mbit"))
+            out.append({"side": side, "direction": d, "link": link, "measured_mbit": mbit,
+                        "probes": int(m.group("probes")), "link_mbit": rate,
+                        "ratio": round(mbit / rate, 3) if rate else None, "rate_varies": link in varies})
+    return out
+
+
+def probe_trains_text(trains):
+    """The trains' measures against the links' rates, in one line, for the log."""
+    fixed = sorted(t["ratio"] for t in trains if t["ratio"] is not None and not t["rate_varies"])
+    if not fixed:
+        return "no probe train measured a link of fixed rate"
+    n = len(fixed)
+    median = (fixed[(n - 1) // 2] + fixed[n // 2]) / 2
+    return f"{n} measures of links of fixed rate at {fixed[0]:.2f}-{fixed[-1]:.2f} times the link's rate (median {median:.2f})"
+
+
+def probe_trains_of_runs(dirs):
+    """probe_trains of finished runs (result.json, cpe.log and hub.log in each of dirs),
+    one line each and one for all: `python3 test/vm/lab.py trains results/lab/*/`."""
+    every = []
+    for d in dirs:
+        try:
+            with open(os.path.join(d, "result.json")) as f:
+                r = json.load(f)
+            logs = []
+            for name in ("cpe.log", "hub.log"):
+                with open(os.path.join(d, name), errors="replace") as f:
+                    logs.append(f.read())
+            sc = load_scenario(os.path.join(REPO, r["scenario_file"]))
+        except (OSError, ValueError, KeyError, LabError) as e:
+            log(f"{d}: skipped ({e})")
+            continue
+        trains = probe_trains(sc, r["links"], *logs)
+        every += trains
+        log(f"{d}: {probe_trains_text(trains)}")
+    log(f"all: {probe_trains_text(every)}")
+    fixed = [t["ratio"] for t in every if t["ratio"] is not None and not t["rate_varies"]]
+    if len(fixed) > 1:
+        mean = sum(fixed) / len(fixed)
+        log(f"all: standard deviation {math.sqrt(sum((x - mean) ** 2 for x in fixed) / len(fixed)):.3f}")
+
+
 def enforced_figures(sc):
     """Which must-show figures fail the scenario when they fail: LAB_ENFORCE=1 (or
     `--enforce`) all of them, LAB_ENFORCE=0 none, unset: the scenario's `enforce` list
@@ -3234,7 +3318,13 @@ def main():
     sub.add_parser("selftest")
     p = sub.add_parser("plot")
     p.add_argument("result")
+    p = sub.add_parser("trains", help="the probe trains' measures of finished runs against the links' rates")
+    p.add_argument("dirs", nargs="+", help="result directories, e.g. results/lab/*/")
     a = ap.parse_args()
+
+    if a.cmd == "trains":
+        probe_trains_of_runs(a.dirs)
+        return 0
 
     if a.cmd == "list":
         for f in sorted(os.listdir(os.path.join(HERE, "scenarios"))):
