@@ -233,6 +233,7 @@ class ProbeTrains(unittest.TestCase):
                                           self.line("link0", 0.42, role="headend")]))
         self.assertEqual(lab.probe_trains_text(got),
                          "3 measures of links of fixed rate at 0.88-1.04 times the link's rate (median 0.95)")
+        self.assertEqual(lab.probe_trains_text(got[:1]), "1 measure of a link of fixed rate at 0.95 times the link's rate")
         self.assertEqual(lab.probe_trains_text([]), "no probe train measured a link of fixed rate")
 
 

@@ -3058,6 +3058,8 @@ def probe_trains_text(trains):
         return "no probe train measured a link of fixed rate"
     n = len(fixed)
     median = (fixed[(n - 1) // 2] + fixed[n // 2]) / 2
+    if n == 1:
+        return f"1 measure of a link of fixed rate at {fixed[0]:.2f} times the link's rate"
     return f"{n} measures of links of fixed rate at {fixed[0]:.2f}-{fixed[-1]:.2f} times the link's rate (median {median:.2f})"
 
 
