@@ -196,9 +196,8 @@ func (a *rxAccount) account(h *wire.Header, size int, owd int32, now time.Time, 
 	a.packets++
 	a.bytes += uint64(size)
 	if a.seenAny {
-		if d := wire.SeqDiff(h.LinkSeq, a.highLinkSeq); d > 1 && gapLoss {
-			gap.lost = uint32(d - 1)
-			a.lost += gap.lost
+		if gapLoss {
+			gap.lost = a.lostBefore(h.LinkSeq)
 		}
 		if wire.SeqAfter(h.LinkSeq, a.highLinkSeq) {
 			a.highLinkSeq = h.LinkSeq
@@ -232,16 +231,25 @@ func (a *rxAccount) behindProbe(linkSeq uint32, owd int32, now time.Time) (gap r
 	if !a.repairs || !a.seenAny {
 		return gap
 	}
-	d := wire.SeqDiff(linkSeq, a.highLinkSeq)
-	if d <= 0 {
+	if gap.lost = a.lostBefore(linkSeq + 1); gap.lost == 0 {
 		return gap
 	}
-	gap.lost = uint32(d)
-	a.lost += gap.lost
 	a.highLinkSeq = linkSeq
 	gap.queued = owd - a.owdFloor
 	gap.peak = a.peak.at(now)
 	return gap
+}
+
+// lostBefore counts the link sequence numbers between the highest seen and next as
+// lost and returns how many there are (0 if next is not beyond the one after it).
+// Caller holds mu.
+func (a *rxAccount) lostBefore(next uint32) uint32 {
+	d := wire.SeqDiff(next, a.highLinkSeq)
+	if d <= 1 {
+		return 0
+	}
+	a.lost += uint32(d - 1)
+	return uint32(d - 1)
 }
 
 // owdFrame turns the raw one-way delays of a session's packets (our 32-bit microsecond

@@ -37,6 +37,7 @@ import select
 import shutil
 import signal
 import socket
+import statistics
 import struct
 import fcntl
 import subprocess
@@ -2253,13 +2254,10 @@ bpf:
     def record_probe_trains(self):
         """The probe trains' measures of the links against the links' rates, into
         result.json (probe_trains) and the log."""
-        logs = []
-        for name in ("cpe.log", "hub.log"):
-            try:
-                with open(os.path.join(self.work, name), errors="replace") as f:
-                    logs.append(f.read())
-            except OSError:
-                logs.append("")
+        try:
+            logs = daemon_logs(self.work)
+        except OSError:
+            logs = ("", "")
         self.result["probe_trains"] = probe_trains(self.sc, self.result["links"], *logs)
         info("probe trains: " + probe_trains_text(self.result["probe_trains"]))
 
@@ -3051,16 +3049,29 @@ def probe_trains(sc, links, cpe_log, hub_log):
     return out
 
 
+def fixed_rate_ratios(trains):
+    """The ratios of the trains that measured a link of fixed rate, in order."""
+    return sorted(t["ratio"] for t in trains if t["ratio"] is not None and not t["rate_varies"])
+
+
 def probe_trains_text(trains):
     """The trains' measures against the links' rates, in one line, for the log."""
-    fixed = sorted(t["ratio"] for t in trains if t["ratio"] is not None and not t["rate_varies"])
+    fixed = fixed_rate_ratios(trains)
     if not fixed:
         return "no probe train measured a link of fixed rate"
-    n = len(fixed)
-    median = (fixed[(n - 1) // 2] + fixed[n // 2]) / 2
-    if n == 1:
+    if len(fixed) == 1:
         return f"1 measure of a link of fixed rate at {fixed[0]:.2f} times the link's rate"
-    return f"{n} measures of links of fixed rate at {fixed[0]:.2f}-{fixed[-1]:.2f} times the link's rate (median {median:.2f})"
+    return (f"{len(fixed)} measures of links of fixed rate at {fixed[0]:.2f}-{fixed[-1]:.2f} times the link's rate "
+            f"(median {statistics.median(fixed):.2f})")
+
+
+def daemon_logs(d):
+    """The CPE's and the headend's logs in directory d (a run's work or result directory)."""
+    logs = []
+    for name in ("cpe.log", "hub.log"):
+        with open(os.path.join(d, name), errors="replace") as f:
+            logs.append(f.read())
+    return logs
 
 
 def probe_trains_of_runs(dirs):
@@ -3071,10 +3082,7 @@ def probe_trains_of_runs(dirs):
         try:
             with open(os.path.join(d, "result.json")) as f:
                 r = json.load(f)
-            logs = []
-            for name in ("cpe.log", "hub.log"):
-                with open(os.path.join(d, name), errors="replace") as f:
-                    logs.append(f.read())
+            logs = daemon_logs(d)
             sc = load_scenario(os.path.join(REPO, r["scenario_file"]))
         except (OSError, ValueError, KeyError, LabError) as e:
             log(f"{d}: skipped ({e})")
@@ -3083,10 +3091,9 @@ def probe_trains_of_runs(dirs):
         every += trains
         log(f"{d}: {probe_trains_text(trains)}")
     log(f"all: {probe_trains_text(every)}")
-    fixed = [t["ratio"] for t in every if t["ratio"] is not None and not t["rate_varies"]]
+    fixed = fixed_rate_ratios(every)
     if len(fixed) > 1:
-        mean = sum(fixed) / len(fixed)
-        log(f"all: standard deviation {math.sqrt(sum((x - mean) ** 2 for x in fixed) / len(fixed)):.3f}")
+        log(f"all: standard deviation {statistics.pstdev(fixed):.3f}")
 
 
 def enforced_figures(sc):
