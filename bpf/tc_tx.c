@@ -25,7 +25,8 @@
  *     the inner packet (tx_inner_sum) before the numbers are taken.
  * Every packet is counted in tx_verdicts; packets the fast path sent also
  * per session and link in tx_link_stats, and those without a copy in the
- * link's tx_sent_log (for the daemon's loss notices).
+ * link's tx_sent_log (for the daemon's loss notices). Each one sent is also
+ * kept in the session's tx_kept ring, for the daemon's rescue copies.
  *
  * The redundant copy, as the Go side's Session.SendData: the original on the
  * chosen link with flags 0, the copy on the other link with
@@ -151,6 +152,28 @@ struct {
 } tx_sent_log SEC(".maps");
 
 /*
+ * One session's kept packets (struct aggd_fp_kept): the inner map of tx_kept.
+ * Sized, not typed: clang emits a type reached only through a map-in-map
+ * definition as a forward declaration, which the loader cannot size. The Go
+ * side checks the size (bpf.KeptValueSize).
+ */
+struct tx_kept_ring {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, AGGD_FP_KEPT);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct aggd_fp_kept));
+};
+
+/* Slot -> the session's kept packets. The daemon creates a session's ring;
+ * a session without one keeps nothing. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, AGGD_FP_MAX_SESSIONS);
+	__type(key, __u32);
+	__array(values, struct tx_kept_ring);
+} tx_kept SEC(".maps");
+
+/*
  * Scratch for tx_bytes_sum, per CPU: one chunk of the packet, and room for
  * the zero padding behind a last chunk of odd length.
  */
@@ -210,6 +233,48 @@ static __always_inline void tx_log_sent(__u32 slot, int link, __u32 link_seq, __
 
 	if (lg)
 		lg->entry[link_seq & (AGGD_FP_SENT_LOG - 1)] = ((__u64)link_seq << 32) | seq;
+}
+
+/*
+ * Write the inner packet (len bytes at off) sent with global sequence number
+ * seq into element k of its session's ring (struct aggd_fp_kept: the order of
+ * the writes is what lets the daemon tell a whole copy from one a CPU was
+ * writing). A packet that cannot be kept leaves k with seq_tail naming it and
+ * seq_head the older packet: nothing there is taken.
+ */
+static __always_inline void tx_keep_in(struct __sk_buff *skb, struct aggd_fp_kept *k, __u32 off, __u32 len, __u32 seq)
+{
+	/* Bounded on the register that sizes the copy: a 64-bit value (clang
+	 * checks a 32-bit one on a zero-extended copy, and may pass the helper
+	 * the register it came from), which the barrier keeps clang from
+	 * recomputing from the original after the check. The lower bound is an
+	 * IP header's 20 bytes, not "not 0": 6.1's verifier learns no lower bound
+	 * from a jump on == 0, and refuses a copy that may be 0 bytes long. */
+	__u64 n = len;
+
+	__sync_lock_test_and_set(&k->seq_tail, (__u64)seq);
+	aggd_barrier_var(n);
+	if (n < 20 || n > AGGD_FP_KEPT_BYTES)
+		return;
+	if (bpf_skb_load_bytes(skb, off, k->data, n))
+		return;
+	k->len = len;
+	__sync_lock_test_and_set(&k->seq_head, (__u64)seq);
+}
+
+/* Keep the packet sent with seq (len bytes at off) in the session's ring, if
+ * it has one. A subprogram: its frame is not added to aggd_tc_tx's. */
+static __noinline void tx_keep(struct __sk_buff *skb, __u32 slot, __u32 off, __u32 len, __u32 seq)
+{
+	__u32 idx = seq & (AGGD_FP_KEPT - 1);
+	void *ring = bpf_map_lookup_elem(&tx_kept, &slot);
+	struct aggd_fp_kept *k;
+
+	if (!ring)
+		return;
+	k = bpf_map_lookup_elem(ring, &idx);
+	if (k)
+		tx_keep_in(skb, k, off, len, seq);
 }
 
 /*
@@ -700,6 +765,11 @@ int aggd_tc_tx(struct __sk_buff *skb)
 		tx_count_link(slot, dup, inner_len, 1);
 	if (dup < 0)
 		tx_log_sent(slot, best, seq_a, seq);
+	/* Kept for the daemon, which may have to send it again: the inner
+	 * packet, behind the MAC header and the original's outer headers. Here,
+	 * with little left to carry across the call: higher up, the spills it
+	 * cost took the program past its 512 bytes of stack. */
+	tx_keep(skb, slot, ETH_HLEN + (v6_best ? AGGD_OVERHEAD6 : AGGD_OVERHEAD), inner_len, seq);
 
 	if (la->flags & AGGD_FP_LINK_ETHERNET) {
 		struct bpf_redir_neigh nh = {};

@@ -17,6 +17,8 @@
  *    with atomic adds, so a session's global and per-link sequence numbers stay
  *    one series whichever path sends a packet.
  *  - tx_sched: BPF only (under its spin lock); the daemon creates the entry.
+ *  - tx_kept: BPF writes the rings; the daemon creates and deletes them, and
+ *    reads (see struct aggd_fp_kept for how a read is known whole).
  *  - rx_order: both, under its spin lock, by the ownership protocol below.
  *  - rx_divert, *_stats, *_verdicts: BPF only; the daemon reads.
  */
@@ -116,6 +118,32 @@ struct aggd_fp_tx_seq {
 #define AGGD_FP_SENT_LOG 1024 /* a power of two */
 struct aggd_fp_sent_log {
 	__u64 entry[AGGD_FP_SENT_LOG];
+};
+
+/*
+ * tx_kept (hash of maps, key: slot): the session's ring of the packets the
+ * fast path sent, for the daemon's rescue copies when a link goes into doubt
+ * (internal/tunnel/rescue.go; the daemon keeps its own packets itself). An
+ * array of AGGD_FP_KEPT values; the packet with global sequence number seq is
+ * in element seq % AGGD_FP_KEPT, as long as no newer one took its place. The
+ * daemon creates a session's ring (387 kB) when it hands the session to the
+ * fast path, and deletes it with the session.
+ *
+ * Written without a lock, read by the daemon while CPUs may write: seq_tail
+ * is set first, then the packet, then seq_head, both with an atomic exchange
+ * (ordered). The daemon copies an element from its start to its end, and
+ * takes it only if both numbers are the one it asked for: a writer that began
+ * before the copy ended has changed seq_tail by then.
+ * Packets longer than AGGD_FP_KEPT_BYTES are not kept (nor a jumbo frame's
+ * rescue: TCP recovers it as it would without).
+ */
+#define AGGD_FP_KEPT 256 /* a power of two: as many as the daemon keeps (rescueSlots) */
+#define AGGD_FP_KEPT_BYTES 1500
+struct aggd_fp_kept {
+	__u64 seq_head; /* written last; 64 bits for the atomic exchange */
+	__u32 len;      /* of the inner packet in data */
+	__u8 data[AGGD_FP_KEPT_BYTES];
+	__u64 seq_tail; /* written first */
 };
 
 /* The scheduler's bookkeeping (aggd_sched.h): written under the tx_sched
@@ -268,6 +296,9 @@ _Static_assert(sizeof(struct aggd_fp_tx_session) == 32 + 88 * AGGD_FP_MAX_LINKS,
 _Static_assert(__builtin_offsetof(struct aggd_fp_tx_session, links) == 32, "links at 32");
 _Static_assert(sizeof(struct aggd_fp_tx_seq) == 8 + 8 * AGGD_FP_MAX_LINKS, "tx seq layout");
 _Static_assert((AGGD_FP_SENT_LOG & (AGGD_FP_SENT_LOG - 1)) == 0, "sent log size is a power of two");
+_Static_assert((AGGD_FP_KEPT & (AGGD_FP_KEPT - 1)) == 0, "kept ring size is a power of two");
+_Static_assert(sizeof(struct aggd_fp_kept) == 12 + AGGD_FP_KEPT_BYTES + 8, "kept packet layout");
+_Static_assert(__builtin_offsetof(struct aggd_fp_kept, seq_tail) == 12 + AGGD_FP_KEPT_BYTES, "kept tail unpadded");
 _Static_assert(sizeof(struct aggd_fp_tx_sched) == 16 + 2 * 8 * AGGD_FP_MAX_LINKS, "tx sched layout");
 _Static_assert(sizeof(struct aggd_fp_rx_order) == 40, "rx order is 40 bytes");
 _Static_assert(sizeof(struct aggd_fp_rx_link_stats) == 32, "rx link stats is 32 bytes");

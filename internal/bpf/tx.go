@@ -114,8 +114,9 @@ type TxLinkCounts struct {
 // Tx is the loaded transmit fast path (aggd_tc_tx, for agg0's egress) and
 // its maps.
 type Tx struct {
-	objs   fptxObjects
-	seqMem []byte // tx_seq, mmapped
+	objs     fptxObjects
+	seqMem   []byte        // tx_seq, mmapped
+	keptRing *ebpf.MapSpec // a session's ring of kept packets (kept.go)
 }
 
 // LoadTx loads the transmit fast path into the kernel. The caller attaches
@@ -153,7 +154,11 @@ func loadTx(l2 uint32, pinDir string) (*Tx, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("load tx fast path: %w", permErr(err))
 	}
-	t := &Tx{}
+	ring, err := keptRingSpec(spec)
+	if err != nil {
+		return nil, fmt.Errorf("load tx fast path: %w", err)
+	}
+	t := &Tx{keptRing: ring}
 	if err := loadCollection(spec, &t.objs, pinDir); err != nil {
 		return nil, fmt.Errorf("load tx fast path: %w", loadErr(err))
 	}
@@ -334,8 +339,8 @@ func addrBytes(a netip.Addr) [16]byte {
 }
 
 // DeleteSession removes the session in slot (its packets then go to the slow
-// path as no_route) and its scheduler state. Its sequence numbers stay in
-// tx_seq. Deleting an absent session is not an error.
+// path as no_route), its scheduler state, its links' sent logs and its kept
+// packets. Its sequence numbers stay in tx_seq. Deleting an absent session is not an error.
 func (t *Tx) DeleteSession(slot uint32) error {
 	if err := t.objs.TxSessions.Delete(slot); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete tx session %d: %w", slot, err)
@@ -347,6 +352,9 @@ func (t *Tx) DeleteSession(slot uint32) error {
 		if err := t.objs.TxSentLog.Delete(sentLogKey(slot, i)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("delete tx session %d: sent log of link slot %d: %w", slot, i, err)
 		}
+	}
+	if err := t.objs.TxKept.Delete(slot); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete tx session %d: kept packets: %w", slot, err)
 	}
 	return nil
 }

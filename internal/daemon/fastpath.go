@@ -337,6 +337,7 @@ type fpSession struct {
 	linkSlot  map[uint8]int // link id -> index in the session's link table
 	txOn      bool
 	routesOn  bool
+	keptOn    bool // the kernel keeps the session's packets (EnableKept), or cannot
 	lastWarn  time.Time
 	prevRx    map[uint8]bpf.RxLinkStats
 	prevTx    []bpf.TxLinkCounts // by link slot; the slot's counters outlive sessions
@@ -393,6 +394,16 @@ func (s *fpSession) Program(st tunnel.TxState) {
 			continue
 		}
 		ts.Links[i] = tl
+	}
+	s.mu.Lock()
+	keep := !s.keptOn
+	s.keptOn = true
+	s.mu.Unlock()
+	if keep {
+		if err := s.f.tx.EnableKept(s.slot); err != nil {
+			s.f.log.Warn("fast path: the kernel cannot keep the session's packets; a link going into doubt gets no copies of what the kernel had in flight on it",
+				"session", s.index, "err", err)
+		}
 	}
 	if err := s.f.tx.SetSession(s.slot, ts); err != nil {
 		s.warn("fast path: cannot program the session; it forwards in userspace", "err", err)
@@ -567,6 +578,16 @@ func (s *fpSession) SentOn(id uint8, after, through uint32) ([]tunnel.SentEntry,
 		out[i] = tunnel.SentEntry{LinkSeq: e.LinkSeq, Seq: e.Seq}
 	}
 	return out, through-after <= bpf.SentLogSize
+}
+
+// Kept implements tunnel.SessionPath.
+func (s *fpSession) Kept(seqs []uint32) [][]byte {
+	got, err := s.f.tx.Kept(s.slot, seqs)
+	if err != nil {
+		s.warn("fast path: cannot read the packets the kernel kept; a rescue copies only what the daemon sent", "err", err)
+		return nil
+	}
+	return got
 }
 
 func (s *fpSession) Close() {

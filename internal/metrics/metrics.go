@@ -164,12 +164,12 @@ func New() *Set {
 	s.LossNoticeSent = counterVec("loss_notice_sent_sequences_total", "Sequence numbers named in loss notices sent to the peer because a link went down with them in flight (each notice is sent twice; both count).", []string{"peer"})
 	s.LossNoticeReceived = counterVec("loss_notice_received_sequences_total", "Sequence numbers named in loss notices received from the peer (repeats included).", []string{"peer"})
 	s.Rescued = counterVec("rescued_packets_total", "Data packets a link had in flight when it went into doubt or down, copied to another link "+
-		"under their own sequence numbers (userspace datapath: the kernel fast path keeps no copies of its packets).", []string{"peer"})
+		"under their own sequence numbers (the kernel fast path's packets too, from its ring of kept packets).", []string{"peer"})
 	s.RepairRequested = counterVec("repair_requested_packets_total", "Data packets the peer's links lost (gaps in their link sequence numbers) that this "+
 		"receiver asked the peer to send again (reorder.loss_repair; userspace datapath).", []string{"peer"})
 	s.RepairResent = counterVec("repair_resent_packets_total", "Data packets sent again because the peer asked for them (REPAIR_REQUEST).", []string{"peer"})
-	s.RepairUnavailable = counterVec("repair_unavailable_packets_total", "Data packets the peer asked for that could not be sent again (the kernel fast path "+
-		"sent them and kept no copy, or they were no longer kept) and were named in a loss notice instead.", []string{"peer"})
+	s.RepairUnavailable = counterVec("repair_unavailable_packets_total", "Data packets the peer asked for that could not be sent again (no longer kept, "+
+		"or too long for the kernel fast path to keep) and were named in a loss notice instead.", []string{"peer"})
 	s.LateCopies = counterVec("reorder_late_copies_delivered_total", "Redundant copies delivered out of order because the resequencer had given their "+
 		"sequence number up before they came (their original was lost): copies of what a link in doubt had in flight come behind later packets.", []string{"peer"})
 	s.UplinkEvents = counterVec("uplink_events_total", "Changes netlink reported on the CPE's uplinks, by kind (carrier_lost, carrier_back, address_added, address_removed, route_changed, created, mtu_changed).", []string{"link", "kind"})

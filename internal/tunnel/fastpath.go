@@ -62,6 +62,10 @@ type SessionPath interface {
 	// (for the loss notice when the link goes down). complete is false if the span is
 	// longer than the kernel's log.
 	SentOn(id uint8, after, through uint32) (sent []SentEntry, complete bool)
+	// Kept returns the inner packets the kernel sent with the global sequence numbers
+	// seqs, nil where it no longer keeps one (it keeps the latest few hundred), for a
+	// rescue to send again (rescue.go).
+	Kept(seqs []uint32) [][]byte
 
 	// RxDelta returns, per link, what the kernel delivered since the last call;
 	// TxDelta what it sent.

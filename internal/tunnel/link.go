@@ -132,8 +132,13 @@ type link struct {
 	// a number kept while 2^31 packets went by would look ahead of the newest, and the
 	// next rescue would find nothing in flight. Guarded by the session's txMu.
 	rescuedThrough uint64
-	offline        atomic.Uint32
-	rebound        atomic.Pointer[netip.AddrPort]
+	// kernelRescuedThrough is the link sequence number of the last packet the kernel
+	// fast path had sent on the link when its last rescue looked: those after it are
+	// the next rescue's (kernelInFlight). A number, unlike rescuedThrough: the kernel's
+	// log is read by number. Guarded by the session's txMu.
+	kernelRescuedThrough uint32
+	offline              atomic.Uint32
+	rebound              atomic.Pointer[netip.AddrPort]
 	// noEvidence: found down and nothing heard on it since, so the resequencer does
 	// not wait for its FIFO evidence (evidence.go).
 	noEvidence atomic.Bool

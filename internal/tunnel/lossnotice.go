@@ -18,8 +18,8 @@ package tunnel
 //
 // With the kernel fast path the kernel takes link sequence numbers from the same
 // series and logs its own packets that had no copy in a per-link map (tx_sent_log in
-// bpf/tc_tx.c; it keeps no packets, so it need not log copies); a notice then names
-// the packets of both logs, merged in link order.
+// bpf/tc_tx.c; a packet with a copy is never named, so it need not log those); a
+// notice then names the packets of both logs, merged in link order.
 
 import (
 	"cmp"

@@ -37,13 +37,18 @@ type queued struct {
 	pkt []byte
 }
 
-func newPipePair(t *testing.T) *pipePair {
+// newPipePair makes the pair; txFP, if given, is the sending session's fast path.
+func newPipePair(t *testing.T, txFP ...FastPath) *pipePair {
 	p := &pipePair{t: t, txM: metrics.New(), rxM: metrics.New(), clk: time.Unix(1000, 0)}
 	cfg := SessionConfig{
 		Peer: "peer", MaxHold: time.Hour, MaxBuffer: 4 << 20,
 		Probe: 20 * time.Millisecond, DownAfter: 500 * time.Millisecond,
 	}
-	p.tx = newSession(cfg, p.txM, discard, 1, func([]byte) {})
+	txCfg := cfg
+	if len(txFP) > 0 {
+		txCfg.FastPath = txFP[0]
+	}
+	p.tx = newSession(txCfg, p.txM, discard, 1, func([]byte) {})
 	p.rx = newSession(cfg, p.rxM, discard, 2, func(b []byte) {
 		p.deliveredM.Lock()
 		p.delivered = append(p.delivered, packetID(b))
@@ -181,8 +186,9 @@ func TestLossNoticeReleasesHeldPackets(t *testing.T) {
 	p.mu.Unlock()
 	second := p.send(40)
 	p.pump()
-	// The daemon keeps no copy of them, as of the kernel fast path's packets: the loss
-	// notice alone speaks for them (copies of kept packets: rescue_test.go).
+	// The daemon keeps no copy of them (as of packets too long for the kernel fast
+	// path to keep): the loss notice alone speaks for them (copies of kept packets:
+	// rescue_test.go).
 	p.tx.txMu.Lock()
 	p.tx.kept = keptPackets{}
 	p.tx.txMu.Unlock()
@@ -485,6 +491,8 @@ type fakeSessionPath struct {
 	noReceive int
 	// sentSince: what the kernel sent on each link since the last TxDelta.
 	sentSince map[uint8]TxDelta
+	// kept: the inner packets the kernel keeps, by global sequence number.
+	kept map[uint32][]byte
 }
 
 // send has the kernel send n packets on link id: they take link sequence numbers and
@@ -521,6 +529,13 @@ func (f *fakeSessionPath) TxDelta() map[uint8]TxDelta {
 	return d
 }
 func (f *fakeSessionPath) Close() {}
+func (f *fakeSessionPath) Kept(seqs []uint32) [][]byte {
+	out := make([][]byte, len(seqs))
+	for i, seq := range seqs {
+		out[i] = f.kept[seq]
+	}
+	return out
+}
 func (f *fakeSessionPath) SentOn(_ uint8, after, through uint32) ([]SentEntry, bool) {
 	f.asked = [2]uint32{after, through}
 	var out []SentEntry

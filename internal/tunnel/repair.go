@@ -15,10 +15,11 @@ package tunnel
 // back for the repair time (AwaitRepair), about one RTT of the best link. The sender
 // finds the packets in its sent log and its kept packets (rescue.go) and sends each
 // again under its own global sequence number, flagged as a copy, on its best link: it
-// fills the hole, and TCP sees a delay of about one RTT instead of a loss. What the
-// sender can no longer send (the kernel fast path sent it and kept no copy, or the
-// session no longer keeps it) it names in a LOSS_NOTICE, so that the receiver gives it
-// up at once instead of at the end of its wait.
+// fills the hole, and TCP sees a delay of about one RTT instead of a loss. Packets the
+// kernel fast path sent come from its log and its ring of kept packets (rescue.go).
+// What the sender can no longer send (no longer kept, or too long for the kernel to
+// keep) it names in a LOSS_NOTICE, so that the receiver gives it up at once instead of
+// at the end of its wait.
 //
 // Only losses that look random are repaired, not a full queue's drops. A link whose
 // queue overflows was given more than it carries (a burst, or a rate estimate ahead of
@@ -231,6 +232,7 @@ func (s *Session) onRepairRequest(body wire.RepairRequestBody) {
 	var gone []uint32
 	resent := 0
 	now := clock.Nanos()
+	kernel, kernelPkts := s.kernelSent(gaps)
 	s.txMu.Lock()
 	for _, g := range gaps {
 		l := s.link(g.LinkID)
@@ -255,8 +257,18 @@ func (s *Session) onRepairRequest(body wire.RepairRequestBody) {
 			}
 		}
 	}
+	for i, e := range kernel {
+		if kernelPkts[i] == nil || k == nil || via == nil || !s.kept.adopt(e.Seq, kernelPkts[i], e.link) {
+			gone = append(gone, e.Seq)
+			continue
+		}
+		pkt := s.kept.get(e.Seq)
+		s.sched.Charge(via.spec.ID, now, len(pkt)+28)
+		if _, ok := s.sendDataOn(via.spec.ID, k, e.Seq, wire.FlagDuplicate, true, now, pkt); ok {
+			resent++
+		}
+	}
 	s.txMu.Unlock()
-	gone = append(gone, s.kernelSent(gaps)...)
 	if len(gone) > 0 {
 		s.noticeLost(gone)
 	}
@@ -264,17 +276,26 @@ func (s *Session) onRepairRequest(body wire.RepairRequestBody) {
 	s.pm.repairUnavailable.Add(float64(len(gone)))
 }
 
-// kernelSent returns the global sequence numbers of the packets in gaps (trimmed) that
-// the kernel fast path sent (none without it): it keeps no copies, so they cannot be
-// sent again.
-func (s *Session) kernelSent(gaps []wire.LinkSeqRange) []uint32 {
+// kernelSent returns what the kernel fast path sent (nothing without it) of the
+// packets in gaps (trimmed), with each packet it still keeps (kernelKept).
+func (s *Session) kernelSent(gaps []wire.LinkSeqRange) ([]kernelEntry, [][]byte) {
 	if s.fp == nil {
-		return nil
+		return nil, nil
 	}
-	var seqs []uint32
+	var out []kernelEntry
+	var sent []SentEntry
 	for _, g := range gaps {
-		sent, _ := s.fp.SentOn(g.LinkID, g.Start-1, g.Start+uint32(g.Count)-1)
-		seqs = append(seqs, seqsOf(sent)...)
+		got, _ := s.fp.SentOn(g.LinkID, g.Start-1, g.Start+uint32(g.Count)-1)
+		for _, e := range got {
+			out = append(out, kernelEntry{e, g.LinkID})
+		}
+		sent = append(sent, got...)
 	}
-	return seqs
+	return out, s.kernelKept(sent)
+}
+
+// kernelEntry is a packet the kernel logged, and the link it logged it on.
+type kernelEntry struct {
+	SentEntry
+	link uint8
 }

@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"sync"
 	"testing"
@@ -38,6 +39,15 @@ func linkDiesUnderTraffic(t *testing.T) (p *pipePair, sent []uint32, lost int) {
 // when the link goes down later finds nothing left to resolve.
 func TestDoubtCopiesThePacketsInFlight(t *testing.T) {
 	p, sent, lost := linkDiesUnderTraffic(t)
+	copiesFillTheHoles(t, p, sent, lost)
+}
+
+// copiesFillTheHoles checks, for a pair whose link 1 just died with lost of the
+// packets sent in flight on it, that the copies sent when it goes suspect fill every
+// hole at the receiver, and that its loss notice when it is found down gives up none
+// and nothing is copied twice.
+func copiesFillTheHoles(t *testing.T, p *pipePair, sent []uint32, lost int) {
+	t.Helper()
 	if st := p.stats(); lost == 0 || st.HeldPackets == 0 {
 		t.Fatalf("setup: link 1 lost %d packets and the receiver holds %d; the test needs both", lost, st.HeldPackets)
 	}
@@ -72,6 +82,9 @@ func TestDoubtCopiesThePacketsInFlight(t *testing.T) {
 	}
 	if st := p.stats(); st.Lost != 0 {
 		t.Fatalf("the loss notice gave up %d packets whose copies had arrived", st.Lost)
+	}
+	if got := gauge(p.txM.Rescued.WithLabelValues("peer")); got != float64(lost) {
+		t.Errorf("rescued packets metric = %v after the link went down, want still the %d lost", got, lost)
 	}
 }
 
@@ -574,4 +587,98 @@ func TestRescueLeavesPacketsWhoseCopyIsOnAHealthyLink(t *testing.T) {
 			t.Errorf("link %d carried copies of %v, want %v", id, got, want)
 		}
 	}
+}
+
+// With the kernel fast path sending, a link dies with the kernel's packets in flight.
+// They are copied when the link goes suspect as the daemon's own are: the rescue takes
+// them from the kernel's ring of kept packets, by the numbers in the link's kernel log,
+// and the receiver gets everything in order with nothing given up. When the link is
+// found down, nothing is copied twice.
+func TestDoubtCopiesWhatTheKernelHadInFlight(t *testing.T) {
+	k := &kernelPath{}
+	p := newPipePair(t, &kernelFastPath{k})
+	p.step(0)
+	sent := k.stripe(p, 40)
+	p.pump()
+	p.feedback()
+	p.mu.Lock()
+	p.dead[1] = true
+	p.mu.Unlock()
+	sent = append(sent, k.stripe(p, 40)...)
+	p.pump()
+	copiesFillTheHoles(t, p, sent, p.droppedTx[1])
+}
+
+// kernelFastPath is a fast path whose kernel sends into a pipePair (kernelPath).
+type kernelFastPath struct{ path *kernelPath }
+
+func (f *kernelFastPath) OpenSession(uint32, []netip.Prefix) SessionPath { return f.path }
+
+// kernelPath is the kernel's share of a pipePair's sending session: it sends data
+// packets as bpf/tc_tx.c does (numbers from the session's series, per link), logs them
+// per link and keeps them, and hands up nothing. What the fake does not override, it
+// answers as fakeSessionPath does.
+type kernelPath struct {
+	fakeSessionPath
+	mu       sync.Mutex
+	linkNext map[uint8]uint32
+	logs     map[uint8][]SentEntry
+}
+
+func (k *kernelPath) TakeLinkSeq(id uint8) uint32 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.linkNext == nil {
+		k.linkNext = map[uint8]uint32{}
+	}
+	n := k.linkNext[id]
+	k.linkNext[id] = n + 1
+	return n
+}
+
+func (k *kernelPath) PeekLinkSeq(id uint8) uint32 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.linkNext[id]
+}
+
+func (k *kernelPath) SentOn(id uint8, after, through uint32) ([]SentEntry, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []SentEntry
+	for _, e := range k.logs[id] {
+		if wire.SeqAfter(e.LinkSeq, after) && !wire.SeqAfter(e.LinkSeq, through) {
+			out = append(out, e)
+		}
+	}
+	return out, true
+}
+
+// stripe has the kernel send n fresh packets of p's sending session, alternately on
+// links 0 and 1, and returns their ids in sending order.
+func (k *kernelPath) stripe(p *pipePair, n int) []uint32 {
+	p.t.Helper()
+	key := p.tx.keys.sending()
+	var ids []uint32
+	for i, pkt := range packets(netip.MustParseAddr("100.64.0.2"), internet, n) {
+		id := uint8(i % 2)
+		h := wire.Header{Type: wire.TypeData, LinkID: id, KeyID: key.id, Session: p.tx.peerIndex.Load(),
+			Seq: k.TakeSeq(), LinkSeq: k.TakeLinkSeq(id), Timestamp: clock.Micros32(clock.Nanos())}
+		buf := make([]byte, wire.HeaderLen+len(pkt))
+		copy(buf[wire.HeaderLen:], pkt)
+		h.Put(buf)
+		auth.Seal(key.send, buf)
+		k.mu.Lock()
+		if k.logs == nil {
+			k.logs, k.kept = map[uint8][]SentEntry{}, map[uint32][]byte{}
+		}
+		k.logs[id] = append(k.logs[id], SentEntry{LinkSeq: h.LinkSeq, Seq: h.Seq})
+		k.kept[h.Seq] = pkt
+		k.mu.Unlock()
+		if err := p.sender(id, p.rx, true)(nil, buf); err != nil {
+			p.t.Fatal(err)
+		}
+		ids = append(ids, packetID(pkt))
+	}
+	return ids
 }

@@ -52,6 +52,14 @@ func TestCarrierLossTakesUplinkDownAtOnce(t *testing.T) {
 	} else {
 		t.Logf("headend received loss notices for %v sequence numbers", v)
 	}
+	// And the packets were copied to the other links, from the daemon's kept packets
+	// or, with the fast path, from the kernel's ring (the copies go before the notice).
+	const rescued = `aggd_rescued_packets_total{peer="headend"}`
+	if v := b.metricOr0("cpe", rescued); v == 0 {
+		t.Errorf("up3 went down under load, but the CPE copied none of what it had in flight to another link")
+	} else {
+		t.Logf("the CPE copied %v packets up3 had in flight to other links", v)
+	}
 
 	select {
 	case <-flow.Done:

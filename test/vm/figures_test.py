@@ -435,5 +435,21 @@ class Suspicions(unittest.TestCase):
         self.assertIsNone(lab.late_runs_between(dict(before, cpe=None), after))
 
 
+class FastPathCheck(unittest.TestCase):
+    """A run with --fast-path stops when a daemon fell back to userspace."""
+
+    def test_on(self):
+        log = 'time=x level=INFO msg="BPF fast path on: data packets are striped, ..."\n'
+        self.assertEqual(lab.fast_path_missing(log), "")
+
+    def test_refused(self):
+        log = ('time=x level=WARN msg="BPF fast path not loaded: forwarding in userspace (same behaviour, slower)" '
+               'err="verifier rejected the program"\n')
+        self.assertIn("verifier rejected", lab.fast_path_missing(log))
+
+    def test_silent(self):
+        self.assertIn("says nothing", lab.fast_path_missing('time=x level=INFO msg="link up"\n'))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -52,6 +52,9 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 AGGD = os.environ.get("AGGD_BIN", os.path.join(REPO, "bin", "aggd"))
+# What aggd logs when it has the kernel fast path on, and when it could not load it.
+FAST_PATH_ON = 'msg="BPF fast path on:'
+FAST_PATH_OFF = 'msg="BPF fast path not loaded:'
 
 
 def aggd_version():
@@ -1625,8 +1628,21 @@ bpf:
             if time.time() - t0 > 40:
                 raise LabError(f"bond not up after 40s: ping {ok}, links up cpe {c}/{n}, headend {h}/{n}")
             time.sleep(0.5)
+        if "--fast-path" in extra:
+            self.check_fast_path()
         self.result["aggd"] = {"cpe_pid": self.cpe.pid, "hub_pid": self.hub.pid, "bond_up_s": round(time.time() - t0, 1),
                                "args": extra, "version": aggd_version()}
+
+    def check_fast_path(self):
+        """With --fast-path, both daemons must have loaded it: one that cannot falls back
+        to userspace with a warning and carries on, and the run would measure the wrong
+        datapath under the fast path's name (a 6.1 verifier refusal once went unnoticed
+        that way until the daemons' logs were read)."""
+        for who in ("hub", "cpe"):
+            with open(os.path.join(self.work, who + ".log"), errors="replace") as f:
+                why = fast_path_missing(f.read())
+            if why:
+                raise LabError(f"--fast-path asked for, but aggd {who} is not on it: {why}")
 
     def aggd_pids(self):
         # ip netns exec execs the command, so the Popen pid is aggd's own.
@@ -3063,6 +3079,15 @@ def probe_trains_text(trains):
         return f"1 measure of a link of fixed rate at {fixed[0]:.2f} times the link's rate"
     return (f"{len(fixed)} measures of links of fixed rate at {fixed[0]:.2f}-{fixed[-1]:.2f} times the link's rate "
             f"(median {statistics.median(fixed):.2f})")
+
+
+def fast_path_missing(log):
+    """Why a daemon's log shows it without the kernel fast path ("" if it has it on):
+    the start of its warning, or that it says nothing about it."""
+    if FAST_PATH_ON in log:
+        return ""
+    why = next((ln for ln in log.splitlines() if FAST_PATH_OFF in ln), "its log says nothing about the fast path")
+    return why[:400]
 
 
 def daemon_logs(d):

@@ -1,0 +1,152 @@
+package bpf
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/aggd/aggd/internal/wire"
+)
+
+// The transmit program keeps every packet it sends in its session's ring, under the
+// packet's global sequence number, until the packet KeptPackets numbers later takes
+// its place; a packet longer than KeptBytes is not kept, a session without a ring
+// keeps nothing, and a new ring holds nothing of the one it replaced.
+func TestTxKeepsWhatItSends(t *testing.T) {
+	tx := loadTxT(t)
+	setTxSession(t, tx, 3, TxSession{Enabled: true, PeerIndex: 3, KeyID: 1, Key: testKey, MTU: 9000,
+		Links: []TxLink{l3Link(1, 10e6), l3Link(2, 10e6)}})
+	setTxRoute(t, tx, "0.0.0.0/0", 3)
+	setTxRoute(t, tx, "::/0", 3)
+	if _, err := tx.Kept(3, []uint32{0}); err == nil {
+		t.Fatal("a session without a ring returned kept packets")
+	}
+	if err := tx.EnableKept(3); err != nil {
+		t.Fatal(err)
+	}
+	txSeq(t, tx, 3).Set(0xffffff00) // across the wrap of the global numbers
+
+	sent := map[uint32][]byte{} // global sequence number -> inner packet
+	var seqs []uint32
+	send := func(inner []byte) uint32 {
+		t.Helper()
+		ret, out := runTx(t, tx, frameOf(inner), nil)
+		if ret != tcActRedirect {
+			t.Fatalf("verdict %d; counters %v", ret, txVerdicts(t, tx))
+		}
+		h, err := wire.ParseHeader(out[14+20+8:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent[h.Seq] = inner
+		seqs = append(seqs, h.Seq)
+		return h.Seq
+	}
+	for i := range KeptPackets + 40 {
+		inner := inner4(netip.MustParseAddr("8.8.8.8"), 100+i%1000)
+		inner[len(inner)-1] = byte(i) // every packet its own bytes
+		send(inner)
+	}
+	got, err := tx.Kept(3, seqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, seq := range seqs {
+		want := sent[seq]
+		if i < 40 {
+			want = nil // its element holds the packet KeptPackets later
+		}
+		if !bytes.Equal(got[i], want) {
+			t.Errorf("packet %d (seq %#x): kept %d bytes, want %d", i, seq, len(got[i]), len(want))
+		}
+	}
+
+	// Too long to keep: nothing answers to its number, nor any more to the number of
+	// the packet that had its element before.
+	long := send(inner4(netip.MustParseAddr("8.8.8.8"), KeptBytes))
+	if got, err := tx.Kept(3, []uint32{long, long - KeptPackets, long - 1}); err != nil || got[0] != nil || got[1] != nil || got[2] == nil {
+		t.Errorf("after a %d-byte packet: kept %v, %v; want only the packet before it", KeptBytes+28, lens(got), err)
+	}
+	v6 := send(inner6(netip.MustParseAddr("2001:db8::8"), 300))
+	if got, err := tx.Kept(3, []uint32{v6}); err != nil || !bytes.Equal(got[0], sent[v6]) {
+		t.Errorf("IPv6 packet: kept %v, %v", lens(got), err)
+	}
+
+	// Behind an outer IPv6 header (20 bytes longer) as well.
+	setTxSession(t, tx, 4, TxSession{Enabled: true, PeerIndex: 4, KeyID: 1, Key: testKey, MTU: 1500,
+		Links: []TxLink{l3Link6(1, 10e6)}})
+	setTxRoute(t, tx, "198.51.100.0/24", 4)
+	if err := tx.EnableKept(4); err != nil {
+		t.Fatal(err)
+	}
+	inner := inner4(netip.MustParseAddr("198.51.100.9"), 500)
+	ret, out := runTx(t, tx, frameOf(inner), nil)
+	if ret != tcActRedirect {
+		t.Fatalf("verdict %d over IPv6; counters %v", ret, txVerdicts(t, tx))
+	}
+	h, err := wire.ParseHeader(out[14+40+8:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tx.Kept(4, []uint32{h.Seq}); err != nil || !bytes.Equal(got[0], inner) {
+		t.Errorf("packet sent over IPv6: kept %v, %v", lens(got), err)
+	}
+
+	// A new session in the slot starts with an empty ring, whatever numbers it sends.
+	if err := tx.EnableKept(3); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tx.Kept(3, seqs[KeptPackets:]); err != nil || slices.ContainsFunc(got, func(p []byte) bool { return p != nil }) {
+		t.Errorf("a new ring holds the old session's packets: %v, %v", lens(got), err)
+	}
+
+	if err := tx.DeleteSession(3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Kept(3, seqs); err == nil {
+		t.Error("the kept packets outlived their session")
+	}
+}
+
+// A ring element is taken only when both its numbers name the packet asked for: a
+// writer sets seq_tail first and seq_head last, so an element read while a CPU wrote it
+// has different ones.
+func TestKeptPacketReadWhole(t *testing.T) {
+	elem := func(head, tail uint64, n uint32) []byte {
+		v := make([]byte, keptValueSize)
+		binary.NativeEndian.PutUint64(v[0:], head)
+		binary.NativeEndian.PutUint32(v[8:], n)
+		binary.NativeEndian.PutUint64(v[12+KeptBytes:], tail)
+		for i := range n {
+			v[12+i] = byte(i)
+		}
+		return v
+	}
+	if p := keptPacket(elem(7, 7, 60), 7); len(p) != 60 || p[59] != 59 {
+		t.Errorf("whole element: %d bytes", len(p))
+	}
+	for _, c := range []struct {
+		name       string
+		head, tail uint64
+		n          uint32
+	}{
+		{"being written (tail already the next packet's)", 7, 7 + KeptPackets, 60},
+		{"the next packet's", 7 + KeptPackets, 7 + KeptPackets, 60},
+		{"never written", 0, 0, 0},
+		{"length out of range", 7, 7, KeptBytes + 1},
+	} {
+		if p := keptPacket(elem(c.head, c.tail, c.n), 7); p != nil {
+			t.Errorf("%s: took %d bytes", c.name, len(p))
+		}
+	}
+}
+
+func lens(ps [][]byte) []int {
+	out := make([]int, len(ps))
+	for i, p := range ps {
+		out[i] = len(p)
+	}
+	return out
+}
