@@ -455,13 +455,19 @@ func TestLossNoticeNamesTheKernelsPackets(t *testing.T) {
 	}
 }
 
-// fastSessionWithLink is a session on a fake fast path with one link, id 3.
+// fastSessionWithLink is a session on a fake fast path with one link, id 3, whose
+// sends go nowhere.
 func fastSessionWithLink() (*Session, *link, *fakeSessionPath) {
+	return fastSessionSendingTo(func(*link, []byte) error { return nil })
+}
+
+// fastSessionSendingTo is fastSessionWithLink with the link's sends going to send.
+func fastSessionSendingTo(send func(*link, []byte) error) (*Session, *link, *fakeSessionPath) {
 	fp := &fakeFastPath{}
 	cfg := testSession()
 	cfg.FastPath = fp
 	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
-	l := s.addLink(LinkSpec{ID: 3, Name: "lte"}, func(*link, []byte) error { return nil })
+	l := s.addLink(LinkSpec{ID: 3, Name: "lte"}, send)
 	return s, l, fp.session
 }
 

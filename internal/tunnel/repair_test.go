@@ -1,10 +1,13 @@
 package tunnel
 
 import (
+	"net/netip"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aggd/aggd/internal/auth"
 	"github.com/aggd/aggd/internal/reseq"
 	"github.com/aggd/aggd/internal/wire"
 )
@@ -259,5 +262,42 @@ func TestRepairRequestIsTrimmed(t *testing.T) {
 	}
 	if one := trimGaps([]wire.LinkSeqRange{{LinkID: 1, Count: 3, Start: 7}}); len(one) != 1 || one[0].Count != 3 {
 		t.Errorf("a small request was changed: %+v", one)
+	}
+}
+
+// A repair request for packets the kernel fast path sent: the one it still keeps goes
+// again, under its own number, flagged as a copy; the one it no longer keeps is named
+// in a loss notice.
+func TestRepairSendsTheKernelsPacketsAgain(t *testing.T) {
+	var out []wire.Header
+	s, l, sp := fastSessionSendingTo(func(_ *link, b []byte) error {
+		if h, err := wire.ParseHeader(b); err == nil {
+			out = append(out, h)
+		}
+		return nil
+	})
+	var a auth.Key
+	a[0] = 1
+	s.installKeys(&keyGen{id: 1, send: a, recv: a, created: time.Now()}, true)
+	l.onReply(time.Now(), time.Millisecond)
+	inner := packets(netip.MustParseAddr("100.64.0.2"), internet, 1)[0]
+	sp.kernel = []SentEntry{{LinkSeq: 10, Seq: 70}, {LinkSeq: 11, Seq: 71}}
+	sp.kept = map[uint32][]byte{70: inner} // 71: no longer kept
+	s.onRepairRequest(wire.RepairRequestBody{Gaps: []wire.LinkSeqRange{{LinkID: 3, Start: 10, Count: 2}}})
+
+	var data []wire.Header
+	for _, h := range out {
+		if h.Type == wire.TypeData {
+			data = append(data, h)
+		}
+	}
+	if len(data) != 1 || data[0].Seq != 70 || data[0].Flags&wire.FlagDuplicate == 0 {
+		t.Errorf("sent again: %+v; want packet 70 once, flagged as a copy", data)
+	}
+	if want := []wire.SeqRange{{Start: 71, Count: 1}}; !slices.Equal(s.notices.toRepeat(), want) {
+		t.Errorf("loss notice %v, want %v", s.notices.toRepeat(), want)
+	}
+	if got := gauge(s.pm.repairResent); got != 1 {
+		t.Errorf("repair_resent = %v, want 1", got)
 	}
 }
