@@ -126,8 +126,8 @@ struct aggd_fp_sent_log {
  * (internal/tunnel/rescue.go; the daemon keeps its own packets itself). An
  * array of AGGD_FP_KEPT values; the packet with global sequence number seq is
  * in element seq % AGGD_FP_KEPT, as long as no newer one took its place. The
- * daemon creates a session's ring (387 kB) when it hands the session to the
- * fast path, and deletes it with the session.
+ * daemon creates a session's ring (389 kB) once the kernel has sent for the
+ * session, and deletes it with the session.
  *
  * Written without a lock, read by the daemon while CPUs may write: seq_tail
  * is set first, then the packet, then seq_head, both with an atomic exchange

@@ -337,7 +337,7 @@ type fpSession struct {
 	linkSlot  map[uint8]int // link id -> index in the session's link table
 	txOn      bool
 	routesOn  bool
-	keptOn    bool // the kernel keeps the session's packets (EnableKept), or cannot
+	keptOn    bool // the kernel keeps the session's packets (keepPackets), or cannot
 	lastWarn  time.Time
 	prevRx    map[uint8]bpf.RxLinkStats
 	prevTx    []bpf.TxLinkCounts // by link slot; the slot's counters outlive sessions
@@ -394,16 +394,6 @@ func (s *fpSession) Program(st tunnel.TxState) {
 			continue
 		}
 		ts.Links[i] = tl
-	}
-	s.mu.Lock()
-	keep := !s.keptOn
-	s.keptOn = true
-	s.mu.Unlock()
-	if keep {
-		if err := s.f.tx.EnableKept(s.slot); err != nil {
-			s.f.log.Warn("fast path: the kernel cannot keep the session's packets; a link going into doubt gets no copies of what the kernel had in flight on it",
-				"session", s.index, "err", err)
-		}
 	}
 	if err := s.f.tx.SetSession(s.slot, ts); err != nil {
 		s.warn("fast path: cannot program the session; it forwards in userspace", "err", err)
@@ -563,7 +553,22 @@ func (s *fpSession) TxDelta() map[uint8]tunnel.TxDelta {
 		out[id] = tunnel.TxDelta{Packets: c.Packets - p.Packets, Bytes: c.Bytes - p.Bytes, Copies: c.Copies - p.Copies}
 		s.prevTx[i] = c
 	}
+	if len(out) > 0 && !s.keptOn {
+		s.keepPackets()
+	}
 	return out
+}
+
+// keepPackets has the kernel keep the session's packets from now on, for rescue copies
+// (bpf.Tx.EnableKept): once the kernel has sent for the session, as the daemon keeps
+// its own packets once it has sent one, so that a headend's idle CPEs cost no ring
+// (389 kB each). Caller holds s.mu.
+func (s *fpSession) keepPackets() {
+	s.keptOn = true
+	if err := s.f.tx.EnableKept(s.slot); err != nil {
+		s.f.log.Warn("fast path: the kernel cannot keep the session's packets; a link going into doubt gets no copies of what the kernel had in flight on it",
+			"session", s.index, "err", err)
+	}
 }
 
 // SentOn implements tunnel.SessionPath.
@@ -582,6 +587,12 @@ func (s *fpSession) SentOn(id uint8, after, through uint32) ([]tunnel.SentEntry,
 
 // Kept implements tunnel.SessionPath.
 func (s *fpSession) Kept(seqs []uint32) [][]byte {
+	s.mu.Lock()
+	on := s.keptOn
+	s.mu.Unlock()
+	if !on {
+		return nil // the kernel has sent nothing for the session yet
+	}
 	got, err := s.f.tx.Kept(s.slot, seqs)
 	if err != nil {
 		s.warn("fast path: cannot read the packets the kernel kept; a rescue copies only what the daemon sent", "err", err)
