@@ -32,17 +32,10 @@ func TestTxKeepsWhatItSends(t *testing.T) {
 	var seqs []uint32
 	send := func(inner []byte) uint32 {
 		t.Helper()
-		ret, out := runTx(t, tx, frameOf(inner), nil)
-		if ret != tcActRedirect {
-			t.Fatalf("verdict %d; counters %v", ret, txVerdicts(t, tx))
-		}
-		h, err := wire.ParseHeader(out[14+20+8:])
-		if err != nil {
-			t.Fatal(err)
-		}
-		sent[h.Seq] = inner
-		seqs = append(seqs, h.Seq)
-		return h.Seq
+		seq := sendSeq(t, tx, inner, 20)
+		sent[seq] = inner
+		seqs = append(seqs, seq)
+		return seq
 	}
 	for i := range KeptPackets + 40 {
 		inner := inner4(netip.MustParseAddr("8.8.8.8"), 100+i%1000)
@@ -82,15 +75,7 @@ func TestTxKeepsWhatItSends(t *testing.T) {
 		t.Fatal(err)
 	}
 	inner := inner4(netip.MustParseAddr("198.51.100.9"), 500)
-	ret, out := runTx(t, tx, frameOf(inner), nil)
-	if ret != tcActRedirect {
-		t.Fatalf("verdict %d over IPv6; counters %v", ret, txVerdicts(t, tx))
-	}
-	h, err := wire.ParseHeader(out[14+40+8:])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := tx.Kept(4, []uint32{h.Seq}); err != nil || !bytes.Equal(got[0], inner) {
+	if got, err := tx.Kept(4, []uint32{sendSeq(t, tx, inner, 40)}); err != nil || !bytes.Equal(got[0], inner) {
 		t.Errorf("packet sent over IPv6: kept %v, %v", lens(got), err)
 	}
 
@@ -141,6 +126,21 @@ func TestKeptPacketReadWhole(t *testing.T) {
 			t.Errorf("%s: took %d bytes", c.name, len(p))
 		}
 	}
+}
+
+// sendSeq runs the transmit program on inner, which must be sent over an outer IP
+// header of outerIP bytes, and returns the global sequence number it carried.
+func sendSeq(t *testing.T, tx *Tx, inner []byte, outerIP int) uint32 {
+	t.Helper()
+	ret, out := runTx(t, tx, frameOf(inner), nil)
+	if ret != tcActRedirect {
+		t.Fatalf("verdict %d; counters %v", ret, txVerdicts(t, tx))
+	}
+	h, err := wire.ParseHeader(out[14+outerIP+8:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.Seq
 }
 
 func lens(ps [][]byte) []int {

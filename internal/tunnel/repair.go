@@ -233,6 +233,20 @@ func (s *Session) onRepairRequest(body wire.RepairRequestBody) {
 	resent := 0
 	now := clock.Nanos()
 	kernel, kernelPkts := s.kernelSent(gaps)
+	// resend sends the logged packet e again if it is kept, or else names it lost.
+	resend := func(e SentEntry) {
+		pkt := s.kept.get(e.Seq)
+		if pkt == nil || k == nil || via == nil {
+			if !e.Copy { // a copy's original may still arrive
+				gone = append(gone, e.Seq)
+			}
+			return
+		}
+		s.sched.Charge(via.spec.ID, now, len(pkt)+28)
+		if _, ok := s.sendDataOn(via.spec.ID, k, e.Seq, wire.FlagDuplicate, true, now, pkt); ok {
+			resent++
+		}
+	}
 	s.txMu.Lock()
 	for _, g := range gaps {
 		l := s.link(g.LinkID)
@@ -240,33 +254,16 @@ func (s *Session) onRepairRequest(body wire.RepairRequestBody) {
 			continue
 		}
 		for i := range uint32(g.Count) {
-			e, ok := l.sent.find(g.Start + i)
-			if !ok {
-				continue // forgotten: the peer's wait ends it
-			}
-			pkt := s.kept.get(e.Seq)
-			if pkt == nil || k == nil || via == nil {
-				if !e.Copy { // a copy's original may still arrive
-					gone = append(gone, e.Seq)
-				}
-				continue
-			}
-			s.sched.Charge(via.spec.ID, now, len(pkt)+28)
-			if _, ok := s.sendDataOn(via.spec.ID, k, e.Seq, wire.FlagDuplicate, true, now, pkt); ok {
-				resent++
+			if e, ok := l.sent.find(g.Start + i); ok { // else forgotten: the peer's wait ends it
+				resend(e)
 			}
 		}
 	}
 	for i, e := range kernel {
-		if kernelPkts[i] == nil || k == nil || via == nil || !s.kept.adopt(e.Seq, kernelPkts[i], e.link) {
-			gone = append(gone, e.Seq)
-			continue
+		if kernelPkts[i] != nil {
+			s.kept.adopt(e.Seq, kernelPkts[i], e.link) // kept with the daemon's own, unless a newer one took its slot
 		}
-		pkt := s.kept.get(e.Seq)
-		s.sched.Charge(via.spec.ID, now, len(pkt)+28)
-		if _, ok := s.sendDataOn(via.spec.ID, k, e.Seq, wire.FlagDuplicate, true, now, pkt); ok {
-			resent++
-		}
+		resend(e.SentEntry)
 	}
 	s.txMu.Unlock()
 	if len(gone) > 0 {

@@ -71,11 +71,16 @@ type keptPackets struct {
 
 // keep copies the packet sent with global sequence number seq.
 func (k *keptPackets) keep(seq uint32, pkt []byte) {
+	e := k.slot(seq)
+	e.seq, e.pkt, e.on = seq, append(e.pkt[:0], pkt...), linkSet{}
+}
+
+// slot returns the slot the packet sent with seq goes in, whatever it holds now.
+func (k *keptPackets) slot(seq uint32) *keptPacket {
 	if k.ring == nil {
 		k.ring = make([]keptPacket, rescueSlots)
 	}
-	e := &k.ring[seq%rescueSlots]
-	e.seq, e.pkt, e.on = seq, append(e.pkt[:0], pkt...), linkSet{}
+	return &k.ring[seq%rescueSlots]
 }
 
 // sentOn notes that the packet sent with seq went out on link id, if it is kept.
@@ -93,10 +98,7 @@ func (k *keptPackets) adopt(seq uint32, pkt []byte, id uint8) bool {
 		e.on.add(id)
 		return true
 	}
-	if k.ring == nil {
-		k.ring = make([]keptPacket, rescueSlots)
-	}
-	e := &k.ring[seq%rescueSlots]
+	e := k.slot(seq)
 	if e.pkt != nil && !wire.SeqAfter(seq, e.seq) {
 		return false // a newer packet took the slot
 	}
