@@ -12,15 +12,16 @@
  *     slow path (GSO, OVERSIZE): the outer header would be copied onto every
  *     segment, and nothing on the redirect path checks the MTU (§9);
  *  4. scheduler (aggd_sched.h) under the session's tx_sched lock: the link,
- *     and for a SUSPECT link the link of a redundant copy; no usable link is
+ *     for a SUSPECT link the link of a redundant copy, and while any primary
+ *     is SUSPECT a standby link for one more copy; no usable link is
  *     NO_LINK, a chosen Ethernet link whose gateway is not resolved NO_NEIGH
  *     (decided before the packet is touched, so the slow path gets it whole);
  *  5. numbers from tx_seq (shared with the daemon through mmap, atomic adds);
  *  6. outer IPv4 or IPv6 (the link's) + UDP + aggd header (aggd_encap.h),
  *     tag, and out: Ethernet links with bpf_redirect_neigh via the gateway,
- *     L3 links with bpf_redirect. The copy leaves first, through
- *     bpf_clone_redirect; when it goes over the other IP version,
- *     bpf_skb_change_proto resizes the outer header for the original.
+ *     L3 links with bpf_redirect. The copies leave first, through
+ *     bpf_clone_redirect; where the next packet out goes over the other IP
+ *     version, bpf_skb_change_proto resizes the outer header for it.
  *     Over IPv6 the UDP checksum is real (aggd_encap.h), which means summing
  *     the inner packet (tx_inner_sum) before the numbers are taken.
  * Every packet is counted in tx_verdicts; packets the fast path sent also
@@ -28,10 +29,10 @@
  * link's tx_sent_log (for the daemon's loss notices). Each one sent is also
  * kept in the session's tx_kept ring, for the daemon's rescue copies.
  *
- * The redundant copy, as the Go side's Session.SendData: the original on the
- * chosen link with flags 0, the copy on the other link with
- * AGGD_FLAG_DUPLICATE; both carry the same global sequence number, each the
- * next link sequence of its own link. bpf_clone_redirect sends the clone as
+ * The redundant copies, as the Go side's Session.SendData: the original on the
+ * chosen link with flags 0, each copy on its link with AGGD_FLAG_DUPLICATE;
+ * all carry the same global sequence number, each the next link sequence of
+ * its own link. bpf_clone_redirect sends the clone as
  * it is, so a copy on an Ethernet link needs real MAC addresses: they come
  * from bpf_fib_lookup of the link's gateway restricted to the link's
  * interface (the neighbour table the kernel would use too). If that lookup
@@ -189,6 +190,18 @@ struct {
 	__type(key, __u32);
 	__type(value, struct tx_sum_buf);
 } tx_sum_scratch SEC(".maps");
+
+/* Scratch for a redundant copy's Ethernet addresses (tx_send_copy), per CPU. */
+struct tx_macs {
+	__u8 b[2 * ETH_ALEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct tx_macs);
+} tx_copy_macs_scratch SEC(".maps");
 
 static __always_inline void tx_count(enum aggd_fp_tx_verdict v)
 {
@@ -570,6 +583,42 @@ static __noinline int tx_emit(struct __sk_buff *skb, const struct aggd_fp_tx_ses
 	return 0;
 }
 
+/*
+ * Send a redundant copy of the packet on link slot `link` (a->flags has
+ * AGGD_FLAG_DUPLICATE, a->link_seq the link's number): first give the packet
+ * the link's outer IP version, if the outer header in it (*v6) is of the
+ * other (bpf_skb_change_proto inserts or removes the 20 bytes behind the MAC
+ * header and sets skb->protocol). Returns 1 if the copy was sent, 0 if not
+ * (an Ethernet link whose gateway's address is not known, or the clone
+ * failed: its link number is then a gap the receiver counts as one lost
+ * packet), -1 if the outer header could not be changed (the packet is then
+ * half encapsulated).
+ *
+ * Inline, with the Ethernet addresses in a per-CPU scratch map: aggd_tc_tx's
+ * stack has no room for them, nor for one more frame between it and
+ * tx_emit's.
+ */
+static __always_inline int tx_send_copy(struct __sk_buff *skb, const struct aggd_fp_tx_session *s, __u32 link,
+					const struct aggd_encap_args *a, int *v6)
+{
+	const struct aggd_fp_tx_link *l = &s->links[link & AGGD_FP_SLOT_MASK];
+	int want = tx_link_ipv6(l);
+	__u32 zero = 0;
+	__u8 *macs;
+
+	if (want != *v6) {
+		if (bpf_skb_change_proto(skb, want ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP), 0))
+			return -1;
+		*v6 = want;
+	}
+	if (!(l->flags & AGGD_FP_LINK_ETHERNET))
+		return tx_emit(skb, s, link, a, NULL) == 0;
+	macs = bpf_map_lookup_elem(&tx_copy_macs_scratch, &zero);
+	if (!macs || tx_copy_macs(skb, l, macs))
+		return 0;
+	return tx_emit(skb, s, link, a, macs) == 0;
+}
+
 /* Room for link l's outer headers behind the MAC header (none on agg0),
  * with the encapsulation flags that set skb->protocol for the outer header.
  * A pending inner checksum (CHECKSUM_PARTIAL, e.g. forwarded from a veth)
@@ -603,6 +652,7 @@ __noinline int tx_schedule(const struct aggd_fp_tx_session *s, const struct aggd
 		return -1;
 	aggd_sched_prepare(s, size, &ls);
 	aggd_sched_pick(st, s, &ls, now, c);
+	aggd_sched_standby(st, &ls, now, c);
 	return 0;
 }
 
@@ -618,10 +668,9 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	struct aggd_fp_tx_seq *seqv;
 	struct aggd_sched_choice c = {};
 	struct aggd_encap_args args = {};
-	__u32 slot, inner_len, seq = 0, seq_a = 0, seq_d = 0;
-	__u8 macs[2 * ETH_ALEN];
+	__u32 slot, inner_len, seq = 0, seq_a = 0, seq_d = 0, seq_s = 0;
 	__u64 now;
-	int best, dup = -1, sent_copy = 0, drop, v6_best, v6_dup;
+	int best, dup = -1, standby = -1, sent_dup = 0, sent_standby = 0, drop, v6_best, v6_first, v6;
 
 	if (tx_route_key(skb, l2, &key))
 		return tx_slow(AGGD_FP_TX_NOT_IP);
@@ -683,16 +732,24 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	if (!c.sendable)
 		return tx_slow(AGGD_FP_TX_NO_NEIGH);
 	best = c.link & AGGD_FP_SLOT_MASK;
-	dup = c.dup;
-	if (dup >= 0)
-		dup &= AGGD_FP_SLOT_MASK;
+	if (c.dup >= 0)
+		dup = c.dup & AGGD_FP_SLOT_MASK;
+	if (c.standby >= 0)
+		standby = c.standby & AGGD_FP_SLOT_MASK;
 	la = &sess->links[best & AGGD_FP_SLOT_MASK];
 	v6_best = tx_link_ipv6(la);
-	v6_dup = dup >= 0 && tx_link_ipv6(&sess->links[dup & AGGD_FP_SLOT_MASK]);
+	/* The copies leave first, the duplicate before the standby copy: the
+	 * room made is for the first packet out. */
+	v6_first = v6_best;
+	if (standby >= 0)
+		v6_first = tx_link_ipv6(&sess->links[standby & AGGD_FP_SLOT_MASK]);
+	if (dup >= 0)
+		v6_first = tx_link_ipv6(&sess->links[dup & AGGD_FP_SLOT_MASK]);
 
 	/* An outer IPv6 header needs the inner packet's sum: taken before
 	 * anything is charged, so a failure leaves the packet to the slow path. */
-	if (v6_best || v6_dup) {
+	if (v6_best || v6_first ||
+	    (standby >= 0 && tx_link_ipv6(&sess->links[standby & AGGD_FP_SLOT_MASK]))) {
 		__s64 sum = tx_inner_sum(skb, l2, inner_len);
 
 		if (sum < 0)
@@ -708,21 +765,25 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	 * from the same memory.
 	 */
 	bpf_spin_lock(&sched->lock);
-	aggd_sched_charge(sched->st.backlog_end_ns, best, c.link_tx_ns, now);
+	aggd_sched_charge(sched->st.backlog_end_ns, sess, best, inner_len + AGGD_OVERHEAD, now);
 	aggd_sched_settle_tie(sched->st.tie_credit, sess, c.tied, best);
 	if (dup >= 0)
-		aggd_sched_charge(sched->st.backlog_end_ns, dup, c.dup_tx_ns, now);
+		aggd_sched_charge(sched->st.backlog_end_ns, sess, dup, inner_len + AGGD_OVERHEAD, now);
+	if (standby >= 0)
+		aggd_sched_charge(sched->st.backlog_end_ns, sess, standby, inner_len + AGGD_OVERHEAD, now);
 	seq = __sync_fetch_and_add(&seqv->next_seq, 1);
 	seq_a = __sync_fetch_and_add(&seqv->link_seq[best], 1);
 	if (dup >= 0)
 		seq_d = __sync_fetch_and_add(&seqv->link_seq[dup], 1);
+	if (standby >= 0)
+		seq_s = __sync_fetch_and_add(&seqv->link_seq[standby], 1);
 	bpf_spin_unlock(&sched->lock);
 
-	/* Room for the first packet's outer headers: the copy's, if there is
-	 * one, else the original's. On failure nothing has changed: the slow
-	 * path sends the packet. */
-	if (tx_make_room(skb, dup >= 0 ? v6_dup : v6_best))
+	/* Room for the first packet's outer headers. On failure nothing has
+	 * changed: the slow path sends the packet. */
+	if (tx_make_room(skb, v6_first))
 		return tx_slow(AGGD_FP_TX_ENCAP_FAILED);
+	v6 = v6_first;
 	/* Both redirect helpers need a MAC header in front of the network
 	 * header: bpf_redirect_neigh drops the packet without one (§9) and
 	 * replaces it, bpf_redirect to an L3 device strips it. */
@@ -734,23 +795,21 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	args.seq = seq;
 	args.tstamp = (__u32)(now / 1000);
 	args.inner_len = inner_len;
+	args.flags = AGGD_FLAG_DUPLICATE;
 	if (dup >= 0) {
-		const struct aggd_fp_tx_link *ld = &sess->links[dup & AGGD_FP_SLOT_MASK];
-
-		args.flags = AGGD_FLAG_DUPLICATE;
 		args.link_seq = seq_d;
-		if (!(ld->flags & AGGD_FP_LINK_ETHERNET))
-			sent_copy = tx_emit(skb, sess, dup, &args, NULL) == 0;
-		else if (tx_copy_macs(skb, ld, macs) == 0)
-			sent_copy = tx_emit(skb, sess, dup, &args, macs) == 0;
-		/* The copy went over the other IP version: change the outer
-		 * header's size and skb->protocol for the original (the
-		 * helper inserts or removes the 20 bytes behind the MAC header). */
-		if (v6_dup != v6_best &&
-		    bpf_skb_change_proto(skb, v6_best ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP), 0)) {
-			tx_count(AGGD_FP_TX_ENCAP_FAILED);
-			return TC_ACT_SHOT;
-		}
+		sent_dup = tx_send_copy(skb, sess, dup, &args, &v6);
+	}
+	if (standby >= 0 && sent_dup >= 0) {
+		args.link_seq = seq_s;
+		sent_standby = tx_send_copy(skb, sess, standby, &args, &v6);
+	}
+	/* The original over its own IP version (a copy may have left over the
+	 * other). */
+	if (sent_dup < 0 || sent_standby < 0 ||
+	    (v6 != v6_best && bpf_skb_change_proto(skb, v6_best ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP), 0))) {
+		tx_count(AGGD_FP_TX_ENCAP_FAILED);
+		return TC_ACT_SHOT; /* half encapsulated: cannot go to the slow path */
 	}
 	args.flags = 0;
 	args.link_seq = seq_a;
@@ -761,9 +820,12 @@ int aggd_tc_tx(struct __sk_buff *skb)
 
 	tx_count(AGGD_FP_TX_FAST);
 	tx_count_link(slot, best, inner_len, 0);
-	if (sent_copy)
+	if (sent_dup)
 		tx_count_link(slot, dup, inner_len, 1);
-	if (dup < 0)
+	if (sent_standby)
+		tx_count_link(slot, standby, inner_len, 1);
+	/* Sent with a copy, a packet may still arrive: no loss notice may name it. */
+	if (dup < 0 && standby < 0)
 		tx_log_sent(slot, best, seq_a, seq);
 	/* Kept for the daemon, which may have to send it again: the inner
 	 * packet, behind the MAC header and the original's outer headers. Here,

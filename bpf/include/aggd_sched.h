@@ -23,7 +23,8 @@
  * primary is usable. A SUSPECT link's packet also gets a copy on the best
  * other usable link (sched.pickDuplicate: links that are not suspect first,
  * then links whose class is allowed, then the earliest arrival); the copy's
- * link is charged too.
+ * link is charged too. While any usable primary is suspect, the packet also
+ * gets a copy on a standby link (sched.StandbyCopy, aggd_sched_standby).
  *
  * In three pieces: aggd_sched_prepare reads the session's configuration,
  * aggd_sched_pick decides on the backlogs and credits read without the lock,
@@ -61,6 +62,10 @@
 
 /* sched.DefaultOverflowQueueDelay: 10 ms of queue on every primary. */
 #define AGGD_SCHED_OVERFLOW_NS 10000000ULL
+
+/* tunnel.standbyCopyBacklog: the most virtual queue a standby link may have
+ * beyond now for it to take a copy sent while a primary is in doubt. */
+#define AGGD_SCHED_STANDBY_COPY_NS 30000000ULL
 
 /* sched.TieWindow: arrivals this close to the earliest are a tie. */
 #define AGGD_SCHED_TIE_NS 1000000ULL
@@ -127,6 +132,16 @@ static __always_inline __u64 aggd_sel64(__u64 c, __u64 a, __u64 b)
 	return b + c * (a - b);
 }
 
+/* The transmission time in ns of a packet of size bytes (its outer datagram
+ * over IPv4) on link l: an IPv6 link adds the larger header. 0 for a rate of
+ * 0 (BPF's division by zero), which makes no link usable anyway. */
+static __always_inline __u64 aggd_sched_tx_ns(const struct aggd_fp_tx_link *l, __u32 size)
+{
+	__u64 v6 = (l->flags / AGGD_FP_LINK_IPV6) & 1;
+
+	return ((__u64)size + v6 * (AGGD_OVERHEAD6 - AGGD_OVERHEAD)) * 8000000000ULL / l->rate_bps;
+}
+
 static __always_inline __u64 aggd_sched_start(__u64 now, __u64 backlog_end)
 {
 	return aggd_sel64(aggd_lt64(now, backlog_end), backlog_end, now);
@@ -156,13 +171,12 @@ static __always_inline void aggd_sched_prepare(const struct aggd_fp_tx_session *
 	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
 		const struct aggd_fp_tx_link *l = &s->links[i];
 		__u64 state = l->state, cls = l->cls, flags = l->flags, rate = l->rate_bps;
-		__u64 u, eth, neigh, v6, big;
+		__u64 u, eth, neigh, big;
 
 		u = aggd_lt64(i, n) & aggd_nz64(l->ifindex) & aggd_nz64(rate) &
 		    (aggd_nz64((state - AGGD_FP_LINK_UP) & ~1ULL) ^ 1); /* state 1 or 2 */
 		eth = (flags / AGGD_FP_LINK_ETHERNET) & 1;
 		neigh = (flags / AGGD_FP_LINK_NEIGH_OK) & 1;
-		v6 = (flags / AGGD_FP_LINK_IPV6) & 1;
 		big = aggd_lt64(AGGD_LINK_CLASS_MAX, cls);
 		cls = aggd_sel64(big, AGGD_LINK_CLASS_MAX, cls) & 3;
 
@@ -170,7 +184,7 @@ static __always_inline void aggd_sched_prepare(const struct aggd_fp_tx_session *
 		ls->suspect |= (u & (aggd_nz64(state - AGGD_FP_LINK_SUSPECT) ^ 1)) << i;
 		ls->sendable |= (u & ((eth ^ 1) | neigh)) << i;
 		ls->cls[i] = u << cls;
-		ls->tx_ns[i] = ((__u64)size + v6 * (AGGD_OVERHEAD6 - AGGD_OVERHEAD)) * 8000000000ULL / rate;
+		ls->tx_ns[i] = aggd_sched_tx_ns(l, size);
 		ls->owd_us[i] = l->base_owd_us;
 	}
 }
@@ -199,10 +213,9 @@ static __always_inline __u64 aggd_sched_allowed(const __u64 *backlog_end, const 
 struct aggd_sched_choice {
 	__s32 link;      /* the link slot, -1: no usable link */
 	__s32 dup;       /* the redundant copy's link slot, -1: no copy */
+	__s32 standby;   /* the standby copy's link slot, -1: no copy (aggd_sched_standby) */
 	__u32 sendable;  /* 1: the fast path can send on link now */
 	__u32 tied;      /* bit i: link i was tied with link (aggd_sched_settle_tie) */
-	__u64 link_tx_ns; /* what to charge link */
-	__u64 dup_tx_ns;  /* what to charge dup */
 };
 
 /* Expected arrival of a packet sent on link i now: the end of its virtual queue
@@ -235,9 +248,9 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
 	const __u64 *backlog_end = st->backlog_end_ns;
 	__u64 allowed = aggd_sched_allowed(backlog_end, ls, now);
 	__u64 best_at = AGGD_SCHED_NEVER, earliest = 0, found;
-	__u64 best = 0, best_credit = AGGD_SCHED_NO_CREDIT, best_tx = 0, tied = 0;
-	__u64 slow = 0, slow_at = AGGD_SCHED_NEVER, slow_tx = 0, full, take_slow;
-	__u64 d = 0, d_key = AGGD_SCHED_NEVER, d_tx = 0, d_found = 0, want_dup;
+	__u64 best = 0, best_credit = AGGD_SCHED_NO_CREDIT, tied = 0;
+	__u64 slow = 0, slow_at = AGGD_SCHED_NEVER, full, take_slow;
+	__u64 d = 0, d_key = AGGD_SCHED_NEVER, d_found = 0, want_dup;
 
 #pragma clang loop unroll(disable)
 	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
@@ -263,7 +276,6 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
 
 		slow_at = aggd_sel64(better, at, slow_at);
 		slow = aggd_sel64(better, i, slow);
-		slow_tx = aggd_sel64(better, ls->tx_ns[i], slow_tx);
 	}
 	take_slow = full & aggd_lt64(slow_at, AGGD_SCHED_NEVER);
 
@@ -281,17 +293,14 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
 		tied |= tie << i;
 		best_credit = aggd_sel64(better, credit, best_credit);
 		best = aggd_sel64(better, i, best);
-		best_tx = aggd_sel64(better, ls->tx_ns[i], best_tx);
 	}
 	/* The idle slow link's turn replaces the tie, which then books nothing. */
 	best = aggd_sel64(take_slow, slow, best) & AGGD_FP_SLOT_MASK;
-	best_tx = aggd_sel64(take_slow, slow_tx, best_tx);
 	tied = aggd_sel64(take_slow, 0, tied);
 	found = take_slow | aggd_nz64(tied);
 	c->tied = (__u32)tied;
 	c->link = (__s32)aggd_sel64(found, best, (__u64)-1);
 	c->sendable = (ls->sendable >> best) & found;
-	c->link_tx_ns = best_tx;
 	want_dup = (ls->suspect >> best) & found;
 
 #pragma clang loop unroll(disable)
@@ -305,12 +314,54 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
 
 		d_key = aggd_sel64(better, key, d_key);
 		d = aggd_sel64(better, i, d);
-		d_tx = aggd_sel64(better, ls->tx_ns[i], d_tx);
 		d_found |= better;
 	}
 	d_found &= want_dup;
 	c->dup = (__s32)aggd_sel64(d_found, d & AGGD_FP_SLOT_MASK, (__u64)-1);
-	c->dup_tx_ns = d_tx;
+}
+
+/*
+ * sched.StandbyCopy: while some usable primary is suspect, one more copy of
+ * the packet on a standby link. Primaries die together (one power cut, one
+ * street cabinet), but rarely at the same instant: until the second is
+ * suspect too, the first one's copies go to it (pick prefers a link not in
+ * doubt), and its own packets get none. The standby link is the one left if
+ * they do die together.
+ *
+ * The link: among the usable links the fast path can send on now that are
+ * not suspect, not of an allowed class (so not carrying originals, and not
+ * the original's link), not the duplicate's link, and whose virtual queue
+ * ends at most AGGD_SCHED_STANDBY_COPY_NS beyond now (copies of a faster
+ * bond must not fill a slow backup's queue, where they would delay what it
+ * carries once it is alone), the one of the earliest arrival. Charges
+ * nothing.
+ */
+static __always_inline void aggd_sched_standby(const struct aggd_fp_sched_state *st,
+					       const struct aggd_sched_links *ls, __u64 now,
+					       struct aggd_sched_choice *c)
+{
+	const __u64 *backlog_end = st->backlog_end_ns;
+	__u64 allowed = aggd_sched_allowed(backlog_end, ls, now);
+	__u64 has_dup = aggd_lt64((__u64)(__s64)c->dup, AGGD_FP_MAX_LINKS);
+	__u64 dup = (__u64)c->dup & AGGD_FP_SLOT_MASK;
+	__u64 doubt = 0, sb = 0, sb_at = AGGD_SCHED_NEVER, found;
+
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < AGGD_FP_MAX_LINKS; i++) {
+		__u64 suspect = (ls->suspect >> i) & 1;
+		__u64 cand = ((ls->usable & ls->sendable) >> i) & 1 & (suspect ^ 1) &
+			     (aggd_nz64(ls->cls[i] & allowed) ^ 1) &
+			     ((has_dup & (aggd_nz64(i ^ dup) ^ 1)) ^ 1) &
+			     (aggd_lt64(now + AGGD_SCHED_STANDBY_COPY_NS, backlog_end[i]) ^ 1);
+		__u64 at = aggd_sel64(cand, aggd_sched_arrival(backlog_end, ls, i, now), AGGD_SCHED_NEVER);
+		__u64 better = aggd_lt64(at, sb_at);
+
+		doubt |= suspect & aggd_nz64(ls->cls[i] & AGGD_SCHED_PRIMARY);
+		sb_at = aggd_sel64(better, at, sb_at);
+		sb = aggd_sel64(better, i, sb);
+	}
+	found = doubt & aggd_lt64(sb_at, AGGD_SCHED_NEVER);
+	c->standby = (__s32)aggd_sel64(found, sb & AGGD_FP_SLOT_MASK, (__u64)-1);
 }
 
 /* Book a tie (sched.pickEarliest): every link of the tied set earns its
@@ -331,12 +382,16 @@ static __always_inline void aggd_sched_settle_tie(__s64 *tie_credit, const struc
 	tie_credit[link & AGGD_FP_SLOT_MASK] -= earned;
 }
 
-/* Append tx_ns of transmission to link i's virtual queue. Caller holds the
- * lock of the tx_sched value backlog_end belongs to. */
-static __always_inline void aggd_sched_charge(__u64 *backlog_end, __u32 i, __u64 tx_ns, __u64 now)
+/* Append a packet of size bytes (over IPv4, as aggd_sched_prepare's) to link
+ * slot i's virtual queue. Caller holds the lock of the tx_sched value
+ * backlog_end belongs to. The transmission time is computed here again
+ * rather than carried over from the decision: aggd_tc_tx's stack has no room
+ * for it. */
+static __always_inline void aggd_sched_charge(__u64 *backlog_end, const struct aggd_fp_tx_session *s, __u32 i,
+					      __u32 size, __u64 now)
 {
 	i &= AGGD_FP_SLOT_MASK;
-	backlog_end[i] = aggd_sched_start(now, backlog_end[i]) + tx_ns;
+	backlog_end[i] = aggd_sched_start(now, backlog_end[i]) + aggd_sched_tx_ns(&s->links[i], size);
 }
 
 #endif /* AGGD_SCHED_H */

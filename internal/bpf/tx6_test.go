@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/vishvananda/netns"
@@ -259,6 +260,110 @@ func TestTxSuspectCopyAcrossIPVersions(t *testing.T) {
 			if lc := linkCounts(t, tx, slot); lc[1].Copies != 1 {
 				t.Errorf("%s: copy link's counts %+v, want one copy", c.name, lc[1])
 			}
+		}
+	})
+}
+
+// While a primary is in doubt, the transmit program sends each packet a third time,
+// on the standby link (sched.StandbyCopy): the other primary, which takes the
+// duplicate, may be dying too. Here the original leaves over IPv4, the duplicate over
+// IPv4 and the standby copy over IPv6, so the outer header changes version twice. The
+// standby copy stops once it would queue more than 30 ms on its link's virtual queue
+// (AGGD_SCHED_STANDBY_COPY_NS), and with no primary in doubt there is none. Packets
+// sent with a copy are in no sent log.
+func TestTxStandbyCopy(t *testing.T) {
+	tx := loadTxT(t)
+	inFreshNetns(t, func(netns.NsHandle) {
+		up, peer, gw, capFD := copyUplink(t)
+		up6, peer6 := vethPair(t, "aggd-up1", "aggd-up1p")
+		cap6 := packetSocket(t, peer6.Attrs().Index)
+
+		suspect := l3Link(1, 100e6)
+		suspect.State = TxLinkSuspect
+		other := TxLink{Ifindex: up.Attrs().Index, LinkID: 6, State: TxLinkUp, Ethernet: true, NeighOK: true, RateBps: 10e6,
+			Src: netip.MustParseAddrPort("192.0.2.1:4242"), Dst: netip.MustParseAddrPort("198.51.100.9:4243"), Gateway: gw}
+		// 100 kbit/s: each 284-byte copy (a 200-byte packet in its IPv4 datagram) adds
+		// 22.7 ms to the backup's virtual queue, so the third finds it over 30 ms.
+		backup := TxLink{Ifindex: up6.Attrs().Index, LinkID: 7, Class: 2, State: TxLinkUp, Ethernet: true, NeighOK: true,
+			RateBps: 100e3, Src: netip.MustParseAddrPort("[2001:db8:5::1]:4242"),
+			Dst: netip.MustParseAddrPort("[2001:db8:ffff::9]:4244"), Gateway: netip.MustParseAddr("fe80::1"),
+			GatewayMAC: peer6.Attrs().HardwareAddr, SrcMAC: up6.Attrs().HardwareAddr}
+		const slot = 30
+		session := func(links ...TxLink) {
+			setTxSession(t, tx, slot, TxSession{Enabled: true, PeerIndex: 0x0e0e0e0e, KeyID: 3, Key: testKey, MTU: 1500, Links: links})
+		}
+		session(suspect, other, backup)
+		setTxRoute(t, tx, "10.99.0.1/32", slot)
+		q := txSeq(t, tx, slot)
+		q.Set(500)
+		q.SetLink(0, 10)
+		q.SetLink(1, 20)
+		q.SetLink(2, 30)
+		for i := range 3 {
+			if err := tx.EnableSentLog(slot, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		inner, leaves := innerL4(false, protoTCP, 160, false) // 200 bytes, to 10.99.0.1
+		for i := range 3 {
+			name := fmt.Sprintf("packet %d", i)
+			ret, out := runTx(t, tx, frameOf(inner), nil)
+			if ret != tcActRedirect {
+				t.Fatalf("%s: verdict %d, want %d; counters %v", name, ret, tcActRedirect, txVerdicts(t, tx))
+			}
+			seq := uint32(500 + i)
+			orig := checkEncap(t, name+": original", out, make([]byte, 6), make([]byte, 6), suspect, testKey,
+				wire.Header{LinkID: 1, KeyID: 3, Session: 0x0e0e0e0e, Seq: seq, LinkSeq: uint32(10 + i)}, inner)
+			checkEncap(t, name+": duplicate", readUDPFrame(t, capFD, 4243), peer.Attrs().HardwareAddr, up.Attrs().HardwareAddr, other, testKey,
+				wire.Header{Flags: wire.FlagDuplicate, LinkID: 6, KeyID: 3, Session: 0x0e0e0e0e, Seq: seq, LinkSeq: uint32(20 + i), Timestamp: orig.Timestamp}, inner)
+			if i < 2 {
+				checkEncap6(t, name+": standby copy", readUDPFrame(t, cap6, 4244), peer6.Attrs().HardwareAddr, up6.Attrs().HardwareAddr, backup, testKey,
+					wire.Header{Flags: wire.FlagDuplicate, LinkID: 7, KeyID: 3, Session: 0x0e0e0e0e, Seq: seq, LinkSeq: uint32(30 + i), Timestamp: orig.Timestamp}, inner, leaves)
+			}
+		}
+		n := uint64(len(inner))
+		if c := linkCounts(t, tx, slot); c[0] != (TxLinkCounts{Packets: 3, Bytes: 3 * n}) ||
+			c[1] != (TxLinkCounts{Packets: 3, Bytes: 3 * n, Copies: 3}) || c[2] != (TxLinkCounts{Packets: 2, Bytes: 2 * n, Copies: 2}) {
+			t.Errorf("link counts after three packets in doubt %+v; want 3 originals, 3 duplicates, 2 standby copies", c[:3])
+		}
+		if q.PeekLink(0) != 13 || q.PeekLink(1) != 23 || q.PeekLink(2) != 32 {
+			t.Errorf("link numbers after three packets in doubt: %d %d %d, want 13 23 32", q.PeekLink(0), q.PeekLink(1), q.PeekLink(2))
+		}
+		for i, ls := range []uint32{13, 23, 32} {
+			if sent, _, err := tx.SentOn(slot, i, ls-3, ls-1); err != nil || len(sent) != 0 {
+				t.Errorf("sent log of link slot %d: %v, %v; want the copied packets unlogged", i, sent, err)
+			}
+		}
+
+		// The primary is up again: one packet, no copy anywhere, and it is logged.
+		suspect.State = TxLinkUp
+		session(suspect, other, backup)
+		ret, out := runTx(t, tx, frameOf(inner), nil)
+		if ret != tcActRedirect {
+			t.Fatalf("no doubt: verdict %d; counters %v", ret, txVerdicts(t, tx))
+		}
+		checkEncap(t, "no doubt", out, make([]byte, 6), make([]byte, 6), suspect, testKey,
+			wire.Header{LinkID: 1, KeyID: 3, Session: 0x0e0e0e0e, Seq: 503, LinkSeq: 13}, inner)
+		if q.PeekLink(1) != 23 || q.PeekLink(2) != 32 {
+			t.Errorf("link numbers of the other links after a packet with no doubt: %d %d, want 23 32", q.PeekLink(1), q.PeekLink(2))
+		}
+		if sent, _, err := tx.SentOn(slot, 0, 12, 13); err != nil || !slices.Equal(sent, []SentEntry{{LinkSeq: 13, Seq: 503}}) {
+			t.Errorf("sent log of the primary: %v, %v; want the uncopied packet", sent, err)
+		}
+
+		// The only primary in doubt: its duplicate goes to the backup, which then
+		// takes no second copy of the same packet.
+		suspect.State = TxLinkSuspect
+		session(suspect, backup)
+		q.SetLink(1, 30)
+		if ret, _ := runTx(t, tx, frameOf(inner), nil); ret != tcActRedirect {
+			t.Fatalf("only primary in doubt: verdict %d; counters %v", ret, txVerdicts(t, tx))
+		}
+		checkEncap6(t, "only primary in doubt: duplicate", readUDPFrame(t, cap6, 4244), peer6.Attrs().HardwareAddr, up6.Attrs().HardwareAddr, backup, testKey,
+			wire.Header{Flags: wire.FlagDuplicate, LinkID: 7, KeyID: 3, Session: 0x0e0e0e0e, Seq: 504, LinkSeq: 30}, inner, leaves)
+		if q.PeekLink(1) != 31 {
+			t.Errorf("backup's link number after one packet: %d, want 31 (one copy)", q.PeekLink(1))
 		}
 	})
 }
