@@ -24,7 +24,8 @@
  *     version, bpf_skb_change_proto resizes the outer header for it.
  *     Over IPv6 the UDP checksum is real (aggd_encap.h), which means summing
  *     the inner packet (tx_inner_sum) before the numbers are taken.
- * Every packet is counted in tx_verdicts; packets the fast path sent also
+ * Every packet is counted in tx_verdicts; the AQM's drops and marks also
+ * per session in tx_session_stats; packets the fast path sent also
  * per session and link in tx_link_stats, and those without a copy in the
  * link's tx_sent_log (for the daemon's loss notices). Each one sent is also
  * kept in the session's tx_kept ring, for the daemon's rescue copies.
@@ -138,6 +139,14 @@ struct {
 	__type(key, __u32);
 	__type(value, struct aggd_fp_link_counts);
 } tx_link_stats SEC(".maps");
+
+/* Per-CPU counts of what the AQM did to each session's packets, by slot. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, AGGD_FP_MAX_SESSIONS);
+	__type(key, __u32);
+	__type(value, struct aggd_fp_session_counts);
+} tx_session_stats SEC(".maps");
 
 /*
  * Slot * AGGD_FP_MAX_LINKS + link slot -> the link's sent log. The daemon
@@ -717,14 +726,24 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	drop = aggd_aqm_drop(&sched->aqm_next_us, &sched->aqm_last_us, sess->aqm_gap_us, now);
 	bpf_spin_unlock(&sched->lock);
 	if (drop) {
+		struct aggd_fp_session_counts *sc = bpf_map_lookup_elem(&tx_session_stats, &slot);
+
 		/* An ECN-capable packet is marked instead, and sent on. */
 		if (!(sess->flags & AGGD_FP_SESSION_ECN) || aggd_ecn_mark_ce(skb, l2)) {
-			if (aggd_ecn_capable(skb, l2))
+			int ect = aggd_ecn_capable(skb, l2);
+
+			if (ect)
 				tx_count(AGGD_FP_TX_AQM_DROP_ECT);
 			tx_count(AGGD_FP_TX_AQM_DROP);
+			if (sc) {
+				sc->aqm_drops += 1;
+				sc->aqm_drops_ect += ect ? 1 : 0;
+			}
 			return TC_ACT_SHOT;
 		}
 		tx_count(AGGD_FP_TX_AQM_MARK);
+		if (sc)
+			sc->aqm_marks += 1;
 	}
 
 	if (tx_schedule(sess, &sched->st, &c, inner_len + AGGD_OVERHEAD, now) || c.link < 0)

@@ -171,6 +171,16 @@ struct aggd_fp_link_counts {
 	__u64 pad;
 };
 
+/* tx_session_stats value (per-CPU array indexed by slot): what the bond's AQM
+ * did to the session's packets in the kernel, for the daemon's per-peer
+ * counts (the verdict counts are the whole program's). */
+struct aggd_fp_session_counts {
+	__u64 aqm_drops;     /* dropped (AGGD_FP_TX_AQM_DROP) */
+	__u64 aqm_drops_ect; /* of aqm_drops, the ECN-capable */
+	__u64 aqm_marks;     /* marked CE and sent (AGGD_FP_TX_AQM_MARK) */
+	__u64 pad;
+};
+
 /* tx_verdicts / rx_verdicts index: what happened to a packet, per-CPU counts.
  * FAST is the fast path's own work; every other verdict is a hand-up to the
  * slow path (TX: the daemon reads it from agg0; RX: from its UDP socket) or,
@@ -300,6 +310,7 @@ _Static_assert((AGGD_FP_KEPT & (AGGD_FP_KEPT - 1)) == 0, "kept ring size is a po
 _Static_assert(sizeof(struct aggd_fp_kept) == 12 + AGGD_FP_KEPT_BYTES + 8, "kept packet layout");
 _Static_assert(__builtin_offsetof(struct aggd_fp_kept, seq_tail) == 12 + AGGD_FP_KEPT_BYTES, "kept tail unpadded");
 _Static_assert(sizeof(struct aggd_fp_tx_sched) == 16 + 2 * 8 * AGGD_FP_MAX_LINKS, "tx sched layout");
+_Static_assert(sizeof(struct aggd_fp_session_counts) == 32, "session counts are 32 bytes");
 _Static_assert(sizeof(struct aggd_fp_rx_order) == 40, "rx order is 40 bytes");
 _Static_assert(sizeof(struct aggd_fp_rx_link_stats) == 32, "rx link stats is 32 bytes");
 

@@ -111,6 +111,13 @@ type TxLinkCounts struct {
 	Copies  uint64 // redundant copies of a suspect link's packets
 }
 
+// TxSessionCounts is what the bond's AQM did to a session's packets in the kernel.
+type TxSessionCounts struct {
+	AQMDrops    uint64 // dropped
+	AQMDropsECT uint64 // of AQMDrops, the ECN-capable
+	AQMMarks    uint64 // marked Congestion Experienced and sent
+}
+
 // Tx is the loaded transmit fast path (aggd_tc_tx, for agg0's egress) and
 // its maps.
 type Tx struct {
@@ -601,6 +608,26 @@ func (t *Tx) LinkCounts(slot uint32) ([]TxLinkCounts, error) {
 			out[i].Bytes += c.Bytes
 			out[i].Copies += c.Copies
 		}
+	}
+	return out, nil
+}
+
+// SessionCounts returns what the AQM did to the packets of the session in slot,
+// summed over all CPUs. The counts outlive sessions: a slot's next session starts
+// from its previous one's.
+func (t *Tx) SessionCounts(slot uint32) (TxSessionCounts, error) {
+	var out TxSessionCounts
+	if slot >= MaxTxSessions {
+		return out, fmt.Errorf("tx session counts: slot %d out of range (0 to %d)", slot, MaxTxSessions-1)
+	}
+	var perCPU []fptxAggdFpSessionCounts
+	if err := t.objs.TxSessionStats.Lookup(slot, &perCPU); err != nil {
+		return out, fmt.Errorf("tx session counts %d: %w", slot, err)
+	}
+	for _, c := range perCPU {
+		out.AQMDrops += c.AqmDrops
+		out.AQMDropsECT += c.AqmDropsEct
+		out.AQMMarks += c.AqmMarks
 	}
 	return out, nil
 }

@@ -592,6 +592,11 @@ func TestTxAQMMarksECN(t *testing.T) {
 		binary.BigEndian.PutUint16(p[10:], ipChecksum(p[:20]))
 		return p
 	}
+	defer func() {
+		if other := sessionCounts(t, tx, 2); other != (TxSessionCounts{}) {
+			t.Errorf("slot 2, never used, counts %+v", other)
+		}
+	}()
 	for _, marking := range []bool{true, false} {
 		s := TxSession{Enabled: true, ECN: marking, PeerIndex: 1, KeyID: 1, Key: testKey, MTU: 1400, Links: []TxLink{l3Link(0, 10e6)}}
 		for _, base := range [][]byte{inner4(to4, 200), inner6(to6, 200)} {
@@ -607,9 +612,16 @@ func TestTxAQMMarksECN(t *testing.T) {
 				s.AQMGap = time.Minute
 				setTxSession(t, tx, 1, s)
 				p := withECN(base, cp)
-				before := txVerdicts(t, tx)
+				before, beforeSession := txVerdicts(t, tx), sessionCounts(t, tx, 1)
 				ret, out := runTx(t, tx, frameOf(p), nil)
 				got := statsDelta(before, txVerdicts(t, tx))
+				// The session's own counts, which the daemon adds to its peer's
+				// aggd_aqm_* counters, say the same as the program's verdicts.
+				if sc := sessionCounts(t, tx, 1); (TxSessionCounts{AQMDrops: sc.AQMDrops - beforeSession.AQMDrops,
+					AQMDropsECT: sc.AQMDropsECT - beforeSession.AQMDropsECT, AQMMarks: sc.AQMMarks - beforeSession.AQMMarks}) !=
+					(TxSessionCounts{AQMDrops: got["aqm_drop"], AQMDropsECT: got["aqm_drop_ect"], AQMMarks: got["aqm_mark"]}) {
+					t.Errorf("%s: session counts went from %+v to %+v; verdicts %v", name, beforeSession, sc, got)
+				}
 				if !marking || cp == ecn.NotECT {
 					wantECT := uint64(0)
 					if cp != ecn.NotECT {
@@ -632,6 +644,15 @@ func TestTxAQMMarksECN(t *testing.T) {
 			}
 		}
 	}
+}
+
+func sessionCounts(t *testing.T, tx *Tx, slot uint32) TxSessionCounts {
+	t.Helper()
+	c, err := tx.SessionCounts(slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 func pickLinks(t *testing.T, tx *Tx, dst netip.Addr, n, size int) map[uint8]int {

@@ -312,6 +312,9 @@ func (f *fastPath) OpenSession(localIndex uint32, routes []netip.Prefix) tunnel.
 	if s.prevTx, err = f.tx.LinkCounts(s.slot); err != nil {
 		return fail("cannot read transmit counters", err)
 	}
+	if s.prevAQM, err = f.tx.SessionCounts(s.slot); err != nil {
+		return fail("cannot read the AQM's counters", err)
+	}
 	if err := f.rx.EnableSession(localIndex); err != nil {
 		return fail("cannot enable receive", err)
 	}
@@ -341,6 +344,7 @@ type fpSession struct {
 	lastWarn  time.Time
 	prevRx    map[uint8]bpf.RxLinkStats
 	prevTx    []bpf.TxLinkCounts // by link slot; the slot's counters outlive sessions
+	prevAQM   bpf.TxSessionCounts
 	closeOnce sync.Once
 }
 
@@ -557,6 +561,21 @@ func (s *fpSession) TxDelta() map[uint8]tunnel.TxDelta {
 		s.keepPackets()
 	}
 	return out
+}
+
+// AQMDelta implements tunnel.SessionPath from the transmit program's per-session
+// counters, read and updated under one lock as TxDelta's.
+func (s *fpSession) AQMDelta() tunnel.AQMDelta {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.f.tx.SessionCounts(s.slot)
+	if err != nil {
+		s.warn("fast path: cannot read the AQM's counters", "err", err)
+		return tunnel.AQMDelta{}
+	}
+	p := s.prevAQM
+	s.prevAQM = cur
+	return tunnel.AQMDelta{Drops: cur.AQMDrops - p.AQMDrops, ECTDrops: cur.AQMDropsECT - p.AQMDropsECT, Marks: cur.AQMMarks - p.AQMMarks}
 }
 
 // keepPackets has the kernel keep the session's packets from now on, for rescue copies

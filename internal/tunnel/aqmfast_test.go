@@ -50,6 +50,24 @@ func TestDaemonLeavesTheAQMScheduleToTheKernelWhileItSends(t *testing.T) {
 	}
 }
 
+// What the kernel's share of the AQM schedule dropped and marked counts in the peer's
+// aggd_aqm_* counters, as the daemon's own drops do: with the fast path on, the kernel
+// makes nearly all of them, and the counters read 0 otherwise.
+func TestKernelAQMDropsCountAsThePeers(t *testing.T) {
+	m := metrics.New()
+	s := newSession(testSession(), m, discard, 1, func([]byte) {})
+	fp := &fakeSessionPath{}
+	s.fp = fp
+	fp.aqmSince = AQMDelta{Drops: 5, ECTDrops: 2, Marks: 3}
+	s.mergeFastTx(s.allLinks())
+	fp.aqmSince = AQMDelta{Drops: 1}
+	s.mergeFastTx(s.allLinks())
+	peer := s.pm
+	if d, e, k := gauge(peer.aqmDrops), gauge(peer.aqmECTDrops), gauge(peer.aqmMarks); d != 6 || e != 2 || k != 3 {
+		t.Errorf("after the kernel dropped 5 (2 ECN-capable) and marked 3, then dropped 1: drops %v, ECN-capable drops %v, marks %v; want 6, 2, 3", d, e, k)
+	}
+}
+
 // In userspace the daemon offers every packet to the AQM. One that comes after an
 // interval without any is never dropped, whatever queue the last measure showed: the
 // sender was not feeding it (a TCP flow's tail-loss probe, or its retransmission after

@@ -71,6 +71,9 @@ type SessionPath interface {
 	// TxDelta what it sent.
 	RxDelta() map[uint8]RxDelta
 	TxDelta() map[uint8]TxDelta
+	// AQMDelta returns what the kernel did on the bond's AQM schedule (TxState.AQMGap)
+	// to the session's packets since the last call.
+	AQMDelta() AQMDelta
 
 	Close()
 }
@@ -109,6 +112,13 @@ type TxDelta struct {
 	Packets uint64 // datagrams, redundant copies included
 	Bytes   uint64 // inner bytes
 	Copies  uint64 // redundant copies of a suspect link's packets
+}
+
+// AQMDelta is what the kernel's share of the bond's AQM did since the last look.
+type AQMDelta struct {
+	Drops    uint64
+	ECTDrops uint64 // of Drops, the ECN-capable packets
+	Marks    uint64 // marked Congestion Experienced instead
 }
 
 // RxDelta is what the kernel delivered on one link since the last look.

@@ -497,6 +497,7 @@ type fakeSessionPath struct {
 	noReceive int
 	// sentSince: what the kernel sent on each link since the last TxDelta.
 	sentSince map[uint8]TxDelta
+	aqmSince  AQMDelta
 	// kept: the inner packets the kernel keeps, by global sequence number.
 	kept map[uint32][]byte
 }
@@ -532,6 +533,11 @@ func (f *fakeSessionPath) RxDelta() map[uint8]RxDelta                     { retu
 func (f *fakeSessionPath) TxDelta() map[uint8]TxDelta {
 	d := f.sentSince
 	f.sentSince = nil
+	return d
+}
+func (f *fakeSessionPath) AQMDelta() AQMDelta {
+	d := f.aqmSince
+	f.aqmSince = AQMDelta{}
 	return d
 }
 func (f *fakeSessionPath) Close() {}

@@ -1194,6 +1194,11 @@ func (s *Session) mergeFastTx(links []*link) {
 	if kernelSent {
 		s.kernelSentAt.Store(clock.Nanos())
 	}
+	// The kernel's AQM drops and marks count as the daemon's own (entryAQMDrops).
+	a := s.fp.AQMDelta()
+	s.pm.aqmDrops.Add(float64(a.Drops))
+	s.pm.aqmECTDrops.Add(float64(a.ECTDrops))
+	s.pm.aqmMarks.Add(float64(a.Marks))
 }
 
 // holdMargin is added to the measured delay spread to make the hold time. A variable
