@@ -1,6 +1,8 @@
 package tunnel
 
 import (
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +51,29 @@ func TestLinkHealthStateMachine(t *testing.T) {
 		t.Fatalf("reply while suspect: was %v, want suspect", was)
 	}
 	check(t0.Add(3*time.Second), stateUp, true, false)
+	if why := liftCause(l, t0.Add(3*time.Second)); why != "it answers probes again" {
+		t.Errorf("up again after a reply: logged cause %q", why)
+	}
+
+	// In doubt for data it owes, then owing nothing, with no sign of life meanwhile:
+	// the log does not claim one.
+	l.mu.Lock()
+	l.quiet.owing = true
+	l.mu.Unlock()
+	check(t0.Add(3*time.Second+200*time.Millisecond), stateSuspect, true, true)
+	l.mu.Lock()
+	l.quiet.owing = false
+	l.mu.Unlock()
+	check(t0.Add(3*time.Second+250*time.Millisecond), stateUp, true, false)
+	if why := liftCause(l, t0.Add(3*time.Second+250*time.Millisecond)); !strings.HasPrefix(why, "the doubt around it lifted") {
+		t.Errorf("up again with no sign of life: logged cause %q", why)
+	}
+}
+
+// liftCause is the cause l.liftedBy gives the log.
+func liftCause(l *link, now time.Time) string {
+	kv := l.liftedBy(now)
+	return kv[slices.Index(kv, any("cause"))+1].(string)
 }
 
 // What a link's state change tells the metrics, the next packet sent finds in the
@@ -153,6 +178,9 @@ func TestDeliveredDataKeepsALinkAlive(t *testing.T) {
 	check(1301*time.Millisecond, stateSuspect)
 	report(1400*time.Millisecond, 1) // data again: the doubt ends
 	check(1400*time.Millisecond, stateUp)
+	if why := liftCause(l, t0.Add(1400*time.Millisecond)); why != "the peer reports our data arriving on it" {
+		t.Errorf("up again on data: logged cause %q", why)
+	}
 	check(1701*time.Millisecond, stateSuspect)
 	check(2001*time.Millisecond, stateDown)
 	report(2100*time.Millisecond, 1) // late data does not bring a down link back: a probe reply does

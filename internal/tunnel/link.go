@@ -77,7 +77,10 @@ type link struct {
 	// with a deep queue, whose probes wait behind its data (a scaled ADSL upstream with
 	// 1 s of buffer went suspect in startup, and its traffic was copied for nothing).
 	lastDelivered time.Time
-	state         linkState
+	// suspectedAt is when the link last went suspect: what it showed since then says
+	// why it is found up again (liftedBy).
+	suspectedAt time.Time
+	state       linkState
 	// schedDue is the session's: set by every change of state, before the metrics show
 	// it, so that whoever reads a link up in them (a test, an operator's script) and
 	// sends at once finds the schedule due to take it in (a CI run of the tunnel's
@@ -463,9 +466,30 @@ func (l *link) checkHealth(now time.Time, suspectAfter, downAfter time.Duration)
 		l.setState(stateSuspect)
 		cause = owedCause
 	case old == stateSuspect && silent <= suspectAfter && quiet == 0 && !owedSilence:
-		l.setState(stateUp) // the peer reports our data arriving again
+		l.setState(stateUp) // the peer reports our data arriving again, or the doubt lifted
+	}
+	if l.state == stateSuspect && old != stateSuspect {
+		l.suspectedAt = now
 	}
 	return l.state, l.state != old, cause
+}
+
+// liftedBy says, for the log, why a suspect link was just found up (checkHealth): the
+// sign of life it showed since it went suspect, if any, or else that the doubt around
+// it lifted (doubtAround: nothing owed on it any more, no probe missed while another
+// link owes, or every other link silent too), with the state that doubt was read from.
+func (l *link) liftedBy(now time.Time) []any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	why := "the doubt around it lifted: it no longer owes data and no probe is missed, or every other link is silent too"
+	switch {
+	case l.lastDelivered.After(l.suspectedAt):
+		why = "the peer reports our data arriving on it"
+	case l.lastReply.After(l.suspectedAt):
+		why = "it answers probes again"
+	}
+	return []any{"cause", why, "suspect_for", now.Sub(l.suspectedAt), "since_sign", now.Sub(l.lastSignLocked()),
+		"owing", l.quiet.owing, "others_silent", l.quiet.othersSilent, "others_owe", l.quiet.othersOwe}
 }
 
 // silenceLocked returns how long the link has shown no sign of life (no probe reply,
@@ -505,6 +529,7 @@ func (l *link) doubtNow(now time.Time, suspectAfter, downAfter time.Duration) (h
 	doubt, cause := l.doubtAround(now, silent, suspectAfter)
 	if doubt {
 		l.setState(stateSuspect)
+		l.suspectedAt = now
 	}
 	return cause, doubt
 }

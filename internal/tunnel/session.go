@@ -1121,7 +1121,7 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 	}
 	switch state {
 	case stateUp:
-		l.logger().Info("link no longer suspect: the peer reports our data arriving on it")
+		l.logger().Info("link no longer suspect", l.liftedBy(now)...)
 	case stateSuspect:
 		s.announceSuspect(l, cause)
 	case stateDown:
