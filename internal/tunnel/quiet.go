@@ -186,7 +186,12 @@ func (q *quietWatch) onReport(cutoff, delivered time.Time, span time.Duration, p
 	if d := wire.SeqDiff(m.linkSeq, highest); ok && d > 0 && !q.staleLoss(cutoff, m) {
 		q.behind = uint32(d)
 	}
-	q.owing = q.behind >= owingPackets
+	// Owing lasts while what was owed has not arrived, however it came to be owed: a
+	// link that owed only together with the others (oweTogether) owes as before when
+	// the next report shows data arriving elsewhere. When the primaries die together,
+	// that data is their own packets' copies on the backup, and a report showing them
+	// lifted the doubt about the dead primaries: their packets meanwhile had no copies.
+	q.owing = q.behind >= owingPackets || (q.owing && q.behind > 0)
 	sent := m.pkts
 	before, okBefore := q.sentBy(cutoff.Add(-span))
 	if !ok || !okBefore {
