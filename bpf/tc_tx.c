@@ -593,15 +593,28 @@ static __noinline int tx_emit(struct __sk_buff *skb, const struct aggd_fp_tx_ses
 }
 
 /*
+ * Give the packet an outer header of IP version want (1: IPv6) when the one in
+ * it (*v6) is of the other: bpf_skb_change_proto inserts or removes the 20
+ * bytes behind the MAC header and sets skb->protocol. Returns 0, or -1 if it
+ * could not (the packet is then half encapsulated).
+ */
+static __always_inline int tx_outer_version(struct __sk_buff *skb, int *v6, int want)
+{
+	if (want == *v6)
+		return 0;
+	if (bpf_skb_change_proto(skb, want ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP), 0))
+		return -1;
+	*v6 = want;
+	return 0;
+}
+
+/*
  * Send a redundant copy of the packet on link slot `link` (a->flags has
- * AGGD_FLAG_DUPLICATE, a->link_seq the link's number): first give the packet
- * the link's outer IP version, if the outer header in it (*v6) is of the
- * other (bpf_skb_change_proto inserts or removes the 20 bytes behind the MAC
- * header and sets skb->protocol). Returns 1 if the copy was sent, 0 if not
- * (an Ethernet link whose gateway's address is not known, or the clone
- * failed: its link number is then a gap the receiver counts as one lost
- * packet), -1 if the outer header could not be changed (the packet is then
- * half encapsulated).
+ * AGGD_FLAG_DUPLICATE, a->link_seq the link's number), over the link's IP
+ * version (tx_outer_version; *v6 is the outer header's now). Returns 1 if the
+ * copy was sent, 0 if not (an Ethernet link whose gateway's address is not
+ * known, or the clone failed: its link number is then a gap the receiver
+ * counts as one lost packet), -1 if the outer header could not be changed.
  *
  * Inline, with the Ethernet addresses in a per-CPU scratch map: aggd_tc_tx's
  * stack has no room for them, nor for one more frame between it and
@@ -611,15 +624,11 @@ static __always_inline int tx_send_copy(struct __sk_buff *skb, const struct aggd
 					const struct aggd_encap_args *a, int *v6)
 {
 	const struct aggd_fp_tx_link *l = &s->links[link & AGGD_FP_SLOT_MASK];
-	int want = tx_link_ipv6(l);
 	__u32 zero = 0;
 	__u8 *macs;
 
-	if (want != *v6) {
-		if (bpf_skb_change_proto(skb, want ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP), 0))
-			return -1;
-		*v6 = want;
-	}
+	if (tx_outer_version(skb, v6, tx_link_ipv6(l)))
+		return -1;
 	if (!(l->flags & AGGD_FP_LINK_ETHERNET))
 		return tx_emit(skb, s, link, a, NULL) == 0;
 	macs = bpf_map_lookup_elem(&tx_copy_macs_scratch, &zero);
@@ -656,12 +665,16 @@ __noinline int tx_schedule(const struct aggd_fp_tx_session *s, const struct aggd
 			   struct aggd_sched_choice *c, __u32 size, __u64 now)
 {
 	struct aggd_sched_links ls;
+	__u64 allowed;
 
 	if (!s || !st || !c)
 		return -1;
 	aggd_sched_prepare(s, size, &ls);
-	aggd_sched_pick(st, s, &ls, now, c);
-	aggd_sched_standby(st, &ls, now, c);
+	/* The classes allowed now, for the original's link and the standby copy's
+	 * alike: nothing is charged between the two choices. */
+	allowed = aggd_sched_allowed(st->backlog_end_ns, &ls, now);
+	aggd_sched_pick(st, s, &ls, allowed, now, c);
+	aggd_sched_standby(st, &ls, allowed, now, c);
 	return 0;
 }
 
@@ -679,7 +692,7 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	struct aggd_encap_args args = {};
 	__u32 slot, inner_len, seq = 0, seq_a = 0, seq_d = 0, seq_s = 0;
 	__u64 now;
-	int best, dup = -1, standby = -1, sent_dup = 0, sent_standby = 0, drop, v6_best, v6_first, v6;
+	int best, dup = -1, standby = -1, sent_dup = 0, sent_standby = 0, drop, v6_best, v6_first, v6_any, v6;
 
 	if (tx_route_key(skb, l2, &key))
 		return tx_slow(AGGD_FP_TX_NOT_IP);
@@ -760,15 +773,19 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	/* The copies leave first, the duplicate before the standby copy: the
 	 * room made is for the first packet out. */
 	v6_first = v6_best;
-	if (standby >= 0)
+	v6_any = v6_best;
+	if (standby >= 0) {
 		v6_first = tx_link_ipv6(&sess->links[standby & AGGD_FP_SLOT_MASK]);
-	if (dup >= 0)
+		v6_any |= v6_first;
+	}
+	if (dup >= 0) {
 		v6_first = tx_link_ipv6(&sess->links[dup & AGGD_FP_SLOT_MASK]);
+		v6_any |= v6_first;
+	}
 
 	/* An outer IPv6 header needs the inner packet's sum: taken before
 	 * anything is charged, so a failure leaves the packet to the slow path. */
-	if (v6_best || v6_first ||
-	    (standby >= 0 && tx_link_ipv6(&sess->links[standby & AGGD_FP_SLOT_MASK]))) {
+	if (v6_any) {
 		__s64 sum = tx_inner_sum(skb, l2, inner_len);
 
 		if (sum < 0)
@@ -825,8 +842,7 @@ int aggd_tc_tx(struct __sk_buff *skb)
 	}
 	/* The original over its own IP version (a copy may have left over the
 	 * other). */
-	if (sent_dup < 0 || sent_standby < 0 ||
-	    (v6 != v6_best && bpf_skb_change_proto(skb, v6_best ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP), 0))) {
+	if (sent_dup < 0 || sent_standby < 0 || tx_outer_version(skb, &v6, v6_best)) {
 		tx_count(AGGD_FP_TX_ENCAP_FAILED);
 		return TC_ACT_SHOT; /* half encapsulated: cannot go to the slow path */
 	}

@@ -242,11 +242,10 @@ static __always_inline __u64 aggd_sched_arrival(const __u64 *backlog_end, const 
  */
 static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st,
 					    const struct aggd_fp_tx_session *s,
-					    const struct aggd_sched_links *ls, __u64 now,
+					    const struct aggd_sched_links *ls, __u64 allowed, __u64 now,
 					    struct aggd_sched_choice *c)
 {
 	const __u64 *backlog_end = st->backlog_end_ns;
-	__u64 allowed = aggd_sched_allowed(backlog_end, ls, now);
 	__u64 best_at = AGGD_SCHED_NEVER, earliest = 0, found;
 	__u64 best = 0, best_credit = AGGD_SCHED_NO_CREDIT, tied = 0;
 	__u64 slow = 0, slow_at = AGGD_SCHED_NEVER, full, take_slow;
@@ -337,11 +336,10 @@ static __always_inline void aggd_sched_pick(const struct aggd_fp_sched_state *st
  * nothing.
  */
 static __always_inline void aggd_sched_standby(const struct aggd_fp_sched_state *st,
-					       const struct aggd_sched_links *ls, __u64 now,
+					       const struct aggd_sched_links *ls, __u64 allowed, __u64 now,
 					       struct aggd_sched_choice *c)
 {
 	const __u64 *backlog_end = st->backlog_end_ns;
-	__u64 allowed = aggd_sched_allowed(backlog_end, ls, now);
 	__u64 has_dup = aggd_lt64((__u64)(__s64)c->dup, AGGD_FP_MAX_LINKS);
 	__u64 dup = (__u64)c->dup & AGGD_FP_SLOT_MASK;
 	__u64 doubt = 0, sb = 0, sb_at = AGGD_SCHED_NEVER, found;
