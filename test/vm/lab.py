@@ -1181,16 +1181,25 @@ def ensure_congestion(ccs):
 def start_capture(procs, workdir, sender_ns, port):
     """LAB_PCAP=<dir>: tcpdump the headers of a TCP transfer's packets (120 bytes each) at
     its sender, into <dir>/transfer-<port>.pcap: where a transfer's retransmissions and
-    SACKs come from (a failover's holes, a link's random loss, the AQM's drops). None
-    without LAB_PCAP."""
+    SACKs come from (a failover's holes, a link's random loss, the AQM's drops). With
+    LAB_PCAP_TUNNEL=1 also the tunnel's datagrams (100 bytes each: outer headers and the
+    aggd header) in the CPE's and the headend's namespaces, into
+    <dir>/transfer-<port>-{cpe,hub}-tunnel.pcap, for test/vm/tunnel-seqs. Returns the
+    captures to stop; none without LAB_PCAP."""
     out = os.environ.get("LAB_PCAP")
     if not out:
-        return None
+        return []
     os.makedirs(out, exist_ok=True)
     p = procs.start(sender_ns, os.path.join(workdir, f"tcpdump-{port}.log"), "tcpdump", "-i", "any", "-s", "120",
                     "-w", os.path.join(out, f"transfer-{port}.pcap"), "tcp", "port", str(port))
+    ps = [p]
+    if os.environ.get("LAB_PCAP_TUNNEL"):
+        for who in ("cpe", "hub"):
+            ps.append(procs.start(who, os.path.join(workdir, f"tcpdump-{port}-{who}.log"), "tcpdump", "-i", "any",
+                                  "-s", "100", "-w", os.path.join(out, f"transfer-{port}-{who}-tunnel.pcap"),
+                                  "udp", "port", str(TUNNEL_PORT)))
     time.sleep(0.5)  # capturing before the transfer connects
-    return p
+    return ps
 
 
 def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, reverse=False, bind=None,
@@ -1198,7 +1207,7 @@ def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, re
     """One iperf3 test against a one-off server started for it. Returns the client's JSON."""
     srv = procs.start(server_ns, os.path.join(workdir, f"iperf3-s-{port}.log"), "iperf3", "-s", "-1", "-J", "-p",
                       str(port), "-B", server_ip, *(["-i", str(interval)] if interval else []))
-    pcap = None
+    pcap = []
     try:
         wait_listening(server_ns, port)
         args = ["iperf3", "-c", server_ip, "-p", str(port), "-t", str(seconds), "-J", "--connect-timeout",
@@ -1247,8 +1256,8 @@ def run_iperf(procs, workdir, client_ns, server_ns, server_ip, port, seconds, re
         return j
     finally:
         procs.stop(srv)
-        if pcap:
-            procs.stop(pcap)
+        for p in pcap:
+            procs.stop(p)
 
 
 def iperf_goodput(j):
