@@ -16,7 +16,8 @@
  *  - control messages: NOT_DATA, passed up;
  *  - DATA of a session without rx_order: NO_SESSION, passed up;
  *  - otherwise the ownership protocol (aggd_order.h) decides, under the
- *    session's spin lock: deliver (FAST), drop a duplicate or late packet
+ *    session's spin lock: deliver (FAST), deliver a copy of a number the
+ *    daemon gave up out of order (LATE_COPY), drop a duplicate or late packet
  *    (DROP_OLD), or pass up (GAP, DAEMON_OWNS, DECAP_FAILED).
  *
  * Delivering means: remove outer IPv4 (with options) or IPv6 + UDP + aggd
@@ -222,7 +223,7 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	__u8 link_id;
 	__be32 session;
 	__be16 proto;
-	int is_v6 = 0;
+	int is_v6 = 0, copy;
 	long err;
 
 	/* --- 1. Ours? The shield's classification, and IPv6 first fragments
@@ -247,6 +248,7 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	link_seq = bpf_ntohl(hdr->link_seq);
 	tstamp = bpf_ntohl(hdr->tstamp);
 	link_id = hdr->link_id;
+	copy = !!(hdr->flags & AGGD_FLAG_DUPLICATE);
 	outer_len = iphl + RX_OUTER_FIXED;
 	inner_off = l2 + outer_len;
 
@@ -300,7 +302,7 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	 * another CPU never sees a torn value. --- */
 	bpf_spin_lock(&order->lock);
 	diverted = (__u32)divert->count;
-	res = aggd_order_judge(order, diverted, seq, pkt);
+	res = aggd_order_judge(order, diverted, seq, pkt, copy);
 	if (res & AGGD_ORDER_DIVERTED) {
 		aggd_order_note_diverted(order, diverted, link_id, link_seq);
 		__sync_fetch_and_add(&divert->count, segs);
@@ -310,6 +312,7 @@ int aggd_tc_rx(struct __sk_buff *skb)
 	action = res & AGGD_ORDER_ACTION_MASK;
 	switch (action) {
 	case AGGD_ORDER_DELIVER:
+	case AGGD_ORDER_LATE_COPY:
 		break;
 	case AGGD_ORDER_DROP_OLD:
 		/* Mostly the later of a suspect link's packet and its copy: it
@@ -347,7 +350,7 @@ int aggd_tc_rx(struct __sk_buff *skb)
 		return rx_count(AGGD_FP_RX_DECAP_FAILED), TC_ACT_SHOT;
 
 	rx_link_account(session, link_id, link_seq, tstamp, body_len);
-	rx_count(AGGD_FP_RX_FAST);
+	rx_count(action == AGGD_ORDER_LATE_COPY ? AGGD_FP_RX_LATE_COPY : AGGD_FP_RX_FAST);
 	return bpf_redirect(agg0, BPF_F_INGRESS);
 }
 

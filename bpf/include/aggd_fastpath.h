@@ -210,6 +210,7 @@ enum aggd_fp_rx_verdict {
 	AGGD_FP_RX_DROP_OLD = 5,     /* behind the next expected (duplicate or late): dropped */
 	AGGD_FP_RX_DECAP_FAILED = 6, /* a helper refused: to the daemon */
 	AGGD_FP_RX_MALFORMED = 7,    /* not a whole aggd header: to the daemon, which counts the reason */
+	AGGD_FP_RX_LATE_COPY = 8,    /* a copy of a number the daemon gave up: delivered, out of order */
 	AGGD_FP_RX__COUNT,
 };
 
@@ -247,6 +248,17 @@ enum aggd_fp_rx_verdict {
  *    finds it by the note BPF keeps of the last packet it counted
  *    (last_before and the packet's link and link sequence number), or after a
  *    quiet second, and corrects its count (docs/fastpath-ordering.md 4.4).
+ *  - Late copies. Only the daemon gives sequence numbers up (BPF hands over at
+ *    a gap instead), and a redundant copy (AGGD_FLAG_DUPLICATE) of a number
+ *    it gave up is to be delivered when it comes, out of order (the daemon's
+ *    reseq.PushCopy): a dead link's packets are given up as soon as the
+ *    links left show nothing more can come, and their rescue copies follow a
+ *    moment later. So the handback carries req_skipped: bit i set means the
+ *    daemon gave up req_next - 1 - i and has not delivered it. On acceptance
+ *    BPF takes it as skipped, with skipped_end = req_next. Under owner BPF a
+ *    copy behind next whose bit is set is delivered and its bit cleared (one
+ *    delivery per number); it is not counted in rx_divert (it never reaches
+ *    the daemon), and next does not move.
  */
 #define AGGD_FP_OWNER_BPF 0
 #define AGGD_FP_OWNER_DAEMON 1
@@ -269,6 +281,13 @@ struct aggd_fp_rx_order {
 	__u32 last_before;
 	__u32 last_link_seq;
 	__u32 last_link;
+	/* Late copies (above): the numbers the daemon gave up below skipped_end,
+	 * as the accepted handback's req_skipped. BPF clears a bit as it
+	 * delivers that number's copy. */
+	__u32 skipped_end;
+	__u32 pad;
+	__u64 req_skipped;
+	__u64 skipped;
 };
 
 /* rx_divert value (key as rx_order): DATA packets passed up to the daemon
@@ -311,7 +330,8 @@ _Static_assert(sizeof(struct aggd_fp_kept) == 12 + AGGD_FP_KEPT_BYTES + 8, "kept
 _Static_assert(__builtin_offsetof(struct aggd_fp_kept, seq_tail) == 12 + AGGD_FP_KEPT_BYTES, "kept tail unpadded");
 _Static_assert(sizeof(struct aggd_fp_tx_sched) == 16 + 2 * 8 * AGGD_FP_MAX_LINKS, "tx sched layout");
 _Static_assert(sizeof(struct aggd_fp_session_counts) == 32, "session counts are 32 bytes");
-_Static_assert(sizeof(struct aggd_fp_rx_order) == 40, "rx order is 40 bytes");
+_Static_assert(sizeof(struct aggd_fp_rx_order) == 64, "rx order is 64 bytes");
+_Static_assert(__builtin_offsetof(struct aggd_fp_rx_order, req_skipped) == 48, "skipped bits 8-aligned");
 _Static_assert(sizeof(struct aggd_fp_rx_link_stats) == 32, "rx link stats is 32 bytes");
 
 #endif /* AGGD_FASTPATH_H */

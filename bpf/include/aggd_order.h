@@ -52,6 +52,7 @@ enum aggd_order_action {
 	AGGD_ORDER_GAP = 2,         /* ahead of next: handed over at next, pass up */
 	AGGD_ORDER_HANDOVER = 3,    /* next expected but undeliverable: handed over at next, pass up */
 	AGGD_ORDER_DAEMON_OWNS = 4, /* the daemon owns: pass up */
+	AGGD_ORDER_LATE_COPY = 5,   /* behind next, a copy of a number the daemon gave up: deliver it */
 };
 
 /* Set in the returned value when the packet must be counted in rx_divert. */
@@ -59,14 +60,34 @@ enum aggd_order_action {
 #define AGGD_ORDER_ACTION_MASK 0xff
 
 /*
+ * Whether seq, behind next, is a number the daemon gave up whose copy has not
+ * been delivered yet (struct aggd_fp_rx_order: late copies); if so, it is
+ * taken: a second copy is dropped as old.
+ */
+static __always_inline int aggd_order_take_skipped(struct aggd_fp_rx_order *o, __u32 seq)
+{
+	__u32 back = o->skipped_end - 1 - seq;
+	__u64 bit;
+
+	if (back >= 64)
+		return 0;
+	bit = 1ULL << back;
+	if (!(o->skipped & bit))
+		return 0;
+	o->skipped &= ~bit;
+	return 1;
+}
+
+/*
  * Judge one DATA packet with global sequence seq. o is the session's
  * rx_order value, which the caller has locked; diverted is the low 32 bits
  * of the session's rx_divert count (only ever changed under the same lock,
- * so it is stable here). Returns an enum aggd_order_action, ORed with
+ * so it is stable here); copy is whether the packet is a redundant copy
+ * (AGGD_FLAG_DUPLICATE). Returns an enum aggd_order_action, ORed with
  * AGGD_ORDER_DIVERTED if the packet goes to the daemon.
  */
 static __always_inline __u32 aggd_order_judge(struct aggd_fp_rx_order *o, __u32 diverted, __u32 seq,
-					      enum aggd_order_pkt pkt)
+					      enum aggd_order_pkt pkt, int copy)
 {
 	__s32 d;
 
@@ -80,6 +101,8 @@ static __always_inline __u32 aggd_order_judge(struct aggd_fp_rx_order *o, __u32 
 			o->owner = AGGD_FP_OWNER_BPF;
 			o->next = o->req_next;
 			o->req_valid = 0;
+			o->skipped = o->req_skipped;
+			o->skipped_end = o->req_next;
 		} else if (o->owner == AGGD_FP_OWNER_BPF) {
 			o->req_valid = 0; /* not the daemon's to post now: ignore */
 		}
@@ -93,6 +116,8 @@ static __always_inline __u32 aggd_order_judge(struct aggd_fp_rx_order *o, __u32 
 	 * 32-bit number, so next = 0xffffffff is followed by 0. */
 	d = (__s32)(seq - o->next);
 	if (pkt != AGGD_ORDER_AGGREGATE) {
+		if (d < 0 && copy && pkt == AGGD_ORDER_CAN && aggd_order_take_skipped(o, seq))
+			return AGGD_ORDER_LATE_COPY; /* its number was given up: late beats never */
 		if (d < 0)
 			return AGGD_ORDER_DROP_OLD; /* duplicate or late: already passed */
 		if (d == 0 && pkt == AGGD_ORDER_CAN) {

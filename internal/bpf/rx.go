@@ -13,10 +13,12 @@ import (
 
 // RxVerdicts names the receive fast path's counters, indexed like enum
 // aggd_fp_rx_verdict: "fast" for DATA packets it delivered into agg0,
-// "drop_old" for duplicates and late ones it dropped, the others for
+// "drop_old" for duplicates and late ones it dropped, "late_copy" for copies of
+// numbers the daemon had given up that it delivered out of order, the others for
 // packets it passed up to the daemon. LoadRx checks this list against the
 // enum compiled into the object.
-var RxVerdicts = []string{"fast", "not_data", "no_session", "gap", "daemon_owns", "drop_old", "decap_failed", "malformed"}
+var RxVerdicts = []string{"fast", "not_data", "no_session", "gap", "daemon_owns", "drop_old", "decap_failed", "malformed",
+	"late_copy"}
 
 // Owner says who orders a session's received DATA packets (the kernel or
 // the daemon); see internal/handover.
@@ -172,6 +174,7 @@ func (r *Rx) ReadOrder(index uint32) (Order, error) {
 		ReqValid: v.ReqValid != 0, ReqStamp: v.ReqStamp, ReqNext: v.ReqNext,
 		LastDiverted:   handover.PacketID{Link: uint8(v.LastLink), LinkSeq: v.LastLinkSeq},
 		DivertedBefore: v.LastBefore,
+		ReqSkipped:     v.ReqSkipped, Skipped: v.Skipped, SkippedEnd: v.SkippedEnd,
 	}, nil
 }
 
@@ -182,6 +185,7 @@ func (r *Rx) WriteOrder(index uint32, o Order) error {
 		Owner: uint32(o.Owner), Next: o.Next, Epoch: o.Epoch,
 		ReqStamp: o.ReqStamp, ReqNext: o.ReqNext,
 		LastBefore: o.DivertedBefore, LastLinkSeq: o.LastDiverted.LinkSeq, LastLink: uint32(o.LastDiverted.Link),
+		ReqSkipped: o.ReqSkipped, Skipped: o.Skipped, SkippedEnd: o.SkippedEnd,
 	}
 	if o.ReqValid {
 		v.ReqValid = 1

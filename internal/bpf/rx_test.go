@@ -163,7 +163,16 @@ func innerIPv6(id uint32, n int) []byte {
 
 // dataDatagram is a sealed DATA datagram of the given session.
 func dataDatagram(session, seq uint32, link uint8, linkSeq uint32, body []byte) []byte {
-	h := wire.Header{Type: wire.TypeData, LinkID: link, KeyID: testKeyID, Session: session,
+	return sealedDataFlags(0, session, seq, link, linkSeq, body)
+}
+
+// copyDatagram is dataDatagram for a redundant copy (wire.FlagDuplicate).
+func copyDatagram(session, seq uint32, link uint8, linkSeq uint32, body []byte) []byte {
+	return sealedDataFlags(wire.FlagDuplicate, session, seq, link, linkSeq, body)
+}
+
+func sealedDataFlags(flags uint8, session, seq uint32, link uint8, linkSeq uint32, body []byte) []byte {
+	h := wire.Header{Type: wire.TypeData, Flags: flags, LinkID: link, KeyID: testKeyID, Session: session,
 		Seq: seq, LinkSeq: linkSeq, Timestamp: 777}
 	d := make([]byte, wire.HeaderLen+len(body))
 	h.Put(d)
@@ -554,7 +563,7 @@ func TestRxResyncAfterALostPassUp(t *testing.T) {
 	}
 	next := uint32(2) // the hold timer skipped seq 1
 	for range 3 {
-		if err := d.Idle(next, true); err != nil {
+		if err := d.Idle(next, 0, true); err != nil {
 			t.Fatal(err)
 		}
 		if ret := run(next); ret != tcOK {
@@ -565,7 +574,7 @@ func TestRxResyncAfterALostPassUp(t *testing.T) {
 		}
 		next++
 	}
-	if err := d.Idle(next, true); err != nil {
+	if err := d.Idle(next, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	// As the session's tick does after a quiet period: the first call notes the
@@ -579,7 +588,7 @@ func TestRxResyncAfterALostPassUp(t *testing.T) {
 	if n := diverted(t, r, idx); d.Consumed() != n {
 		t.Fatalf("after Resync the daemon counts %d, the program %d", d.Consumed(), n)
 	}
-	if err := d.Idle(next, true); err != nil {
+	if err := d.Idle(next, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	if ret := run(next); ret != tcRedirect {
@@ -625,6 +634,96 @@ func TestRxNotesTheLastDiverted(t *testing.T) {
 	}
 }
 
+// The real program, the daemon's handover code and its resequencer: the daemon gives a
+// number up (a dead link's packet, named by a loss notice) and hands the ordering back;
+// the copy that comes after is delivered by the program, once, as the resequencer's
+// PushCopy delivers it while the daemon owns. A copy of a delivered number, an original
+// behind next and a second copy are dropped as old.
+func TestRxDeliversLateCopiesOfGivenUpNumbers(t *testing.T) {
+	const idx = 0x0a0b0c14
+	r := loadRxT(t)
+	if err := r.EnableSession(idx); err != nil {
+		t.Fatal(err)
+	}
+	d := handover.New(r, idx)
+	rs := reseq.New(reseq.Config{MaxHold: 1 << 40}, 0)
+	rs.SetLinks([]uint8{1, 2})
+	var delivered []uint32
+	deliver := func(p []byte) { delivered = append(delivered, seqOfInner(p)) }
+	defer func() {
+		if !slices.Equal(delivered, []uint32{0, 2}) {
+			t.Errorf("the resequencer delivered %v, want 0 and 2", delivered)
+		}
+	}()
+	bodies := make([][]byte, 8)
+	for i := range bodies {
+		bodies[i] = innerIPv4(uint32(i), 60)
+	}
+	send := func(datagram []byte) (uint32, []byte) {
+		t.Helper()
+		return runTC(t, r.Program(), frameSpec{payload: datagram}.build(), nil)
+	}
+	// Owner daemon: 0 and 2 come up (1 was on a link that died), the loss notice
+	// gives 1 up, the resequencer delivers 0 and 2 and hands back at 3.
+	for _, seq := range []uint32{0, 2} {
+		if ret, _ := send(dataDatagram(idx, seq, 1, seq, bodies[seq])); ret != tcOK {
+			t.Fatalf("seq %d under owner daemon: %s", seq, tcNames[ret])
+		}
+		if _, _, err := d.OnData(handover.PacketID{Link: 1, LinkSeq: seq}, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		rs.Push(1, seq, 1, bodies[seq], deliver)
+	}
+	rs.Skip(1, 1, deliver)
+	if rs.Next() != 3 || rs.Skipped() != 1<<1 {
+		t.Fatalf("resequencer at %d with skipped bits %#x, want 3 and 1 given up (bit 1)", rs.Next(), rs.Skipped())
+	}
+	if err := d.Idle(rs.Next(), rs.Skipped(), rs.Empty()); err != nil {
+		t.Fatal(err)
+	}
+	if ret, _ := send(dataDatagram(idx, 3, 2, 1, bodies[3])); ret != tcRedirect {
+		t.Fatalf("seq 3 after the handback: %s, want accepted and delivered", tcNames[ret])
+	}
+	if o := readOrder(t, r, idx); o.Owner != OwnerBPF || o.Next != 4 || o.Skipped != 1<<1 || o.SkippedEnd != 3 {
+		t.Fatalf("order %+v, want the program owning at 4 with 1 given up below 3", o)
+	}
+
+	before := rxVerdicts(t, r)
+	ret, out := send(copyDatagram(idx, 1, 2, 2, bodies[1]))
+	if ret != tcRedirect || !bytes.Equal(out[14:], bodies[1]) {
+		t.Errorf("copy of the given-up 1: %s, inner %x; want delivered, inner %x", tcNames[ret], out, bodies[1])
+	}
+	if delta := statsDelta(before, rxVerdicts(t, r)); !sameCounts(delta, map[string]uint64{"late_copy": 1}) {
+		t.Errorf("copy of the given-up 1 counted %v, want late_copy", delta)
+	}
+	if o := readOrder(t, r, idx); o.Next != 4 || o.Skipped != 0 {
+		t.Errorf("after the late copy: %+v, want next unmoved at 4 and nothing left given up", o)
+	}
+	checkRx(t, r, "a second copy of 1", frameSpec{payload: copyDatagram(idx, 1, 1, 3, bodies[1])}.build(), nil, tcShot, "drop_old")
+	checkRx(t, r, "a copy of the delivered 2", frameSpec{payload: copyDatagram(idx, 2, 2, 3, bodies[2])}.build(), nil, tcShot, "drop_old")
+	if diverted(t, r, idx) != 2 {
+		t.Errorf("diverted %d, want 2: a late copy is delivered by the program, not passed up", diverted(t, r, idx))
+	}
+}
+
+// An original (not a copy) behind next is late, as the resequencer's Push drops it,
+// even of a number the daemon gave up.
+func TestRxDropsALateOriginalOfAGivenUpNumber(t *testing.T) {
+	const idx = 0x0a0b0c15
+	r := loadRxT(t)
+	if err := r.EnableSession(idx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteOrder(idx, Order{Owner: OwnerBPF, Next: 10, Skipped: 1, SkippedEnd: 10}); err != nil {
+		t.Fatal(err)
+	}
+	body := innerIPv4(9, 60)
+	checkRx(t, r, "original of the given-up 9", frameSpec{payload: dataDatagram(idx, 9, 1, 9, body)}.build(), nil, tcShot, "drop_old")
+	checkRx(t, r, "copy of 9", frameSpec{payload: copyDatagram(idx, 9, 2, 1, body)}.build(), nil, tcRedirect, "late_copy")
+	checkRx(t, r, "copy of 8, delivered", frameSpec{payload: copyDatagram(idx, 8, 2, 2, body)}.build(), nil, tcShot, "drop_old")
+	checkRx(t, r, "copy of 9 again", frameSpec{payload: copyDatagram(idx, 9, 2, 3, body)}.build(), nil, tcShot, "drop_old")
+}
+
 // The real program and the daemon's handover code, with a passed-up packet lost on the
 // host while packets keep coming, a millisecond apart: no quiet period for Resync, but
 // the daemon's tally finds the loss within its window and the program takes the
@@ -666,7 +765,7 @@ func TestRxTallyAfterALostPassUpWhileTrafficFlows(t *testing.T) {
 		if seq == 0 {
 			continue // still holding it when seq 1 came
 		}
-		if err := d.Idle(seq+1, true); err != nil {
+		if err := d.Idle(seq+1, 0, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -880,7 +979,7 @@ func runFastPath(t *testing.T, r *Rx, session uint32, spec seqSpec, events []eve
 	d := handover.New(r, session)
 	rs := newReseq(spec.start, spec.links)
 	idle := func() {
-		if err := d.Idle(rs.Next(), rs.Empty()); err != nil {
+		if err := d.Idle(rs.Next(), rs.Skipped(), rs.Empty()); err != nil {
 			t.Fatalf("Idle: %v", err)
 		}
 	}

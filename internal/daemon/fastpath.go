@@ -473,8 +473,8 @@ func (s *fpSession) OnData(link uint8, linkSeq uint32, now time.Time) (restart b
 	return restart, next, false
 }
 
-func (s *fpSession) Idle(next uint32, empty bool) {
-	err := s.ho.Idle(next, empty)
+func (s *fpSession) Idle(next uint32, skipped uint64, empty bool) {
+	err := s.ho.Idle(next, skipped, empty)
 	s.countHandbacks()
 	if err != nil {
 		s.warn("fast path: cannot hand the ordering back to the kernel", "err", err)
@@ -845,7 +845,8 @@ type fastPathCollector struct{ f *fastPath }
 
 var fastPathDesc = prometheus.NewDesc("aggd_fastpath_packets_total",
 	"Data packets judged by the kernel fast path, by direction and verdict: fast (handled "+
-		"in the kernel), drop_old (receive: duplicate or late, dropped), aqm_drop (transmit: "+
+		"in the kernel), drop_old (receive: duplicate or late, dropped), late_copy (receive: a copy of a "+
+		"number the daemon had given up, delivered late by the kernel), aqm_drop (transmit: "+
 		"dropped by the bond's AQM), aqm_drop_ect (transmit: of aqm_drop, the ECN-capable "+
 		"packets, which with aqm.ecn on it marks instead), aqm_mark (transmit: marked ECN CE by "+
 		"the bond's AQM, and counted again by its fate), or the reason it was handed to the daemon's slow path.",

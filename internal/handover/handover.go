@@ -75,6 +75,14 @@ type Order struct {
 	// writes back what it read.
 	LastDiverted   PacketID
 	DivertedBefore uint32
+	// ReqSkipped goes with the handback: bit i set means the daemon gave up
+	// ReqNext-1-i and has not delivered it. On acceptance the kernel takes it
+	// as Skipped, below SkippedEnd = ReqNext, and while it owns it delivers a
+	// redundant copy of such a number when one comes, once, clearing its bit
+	// (late copies, aggd_fastpath.h).
+	ReqSkipped uint64
+	Skipped    uint64
+	SkippedEnd uint32
 }
 
 // PacketID names a DATA packet as the kernel and the daemon both see it: the link it
@@ -241,12 +249,13 @@ func (d *Daemon) consume(id PacketID, now time.Time) {
 }
 
 // Idle is called whenever the daemon has processed packets or timers, with
-// its resequencer's next expected sequence number and whether it holds
-// nothing. If it holds nothing, no handback is pending and a packet was
+// its resequencer's next expected sequence number, the numbers below it that it
+// gave up without delivering them (bit i: next-1-i; Order.ReqSkipped) and whether
+// it holds nothing. If it holds nothing, no handback is pending and a packet was
 // consumed since the last one (or none was ever posted), it posts a
 // handback: the kernel may take over at next once it has passed up no more
 // than the daemon consumed.
-func (d *Daemon) Idle(next uint32, empty bool) error {
+func (d *Daemon) Idle(next uint32, skipped uint64, empty bool) error {
 	if !empty || d.posted || (d.ever && d.consumed == d.postedAt) {
 		return nil
 	}
@@ -274,7 +283,7 @@ func (d *Daemon) Idle(next uint32, empty bool) error {
 	// While the daemon owns, the kernel changes the value only to accept a
 	// handback, and no live one is posted: writing back what was read
 	// loses nothing.
-	o.ReqValid, o.ReqStamp, o.ReqNext = true, uint32(d.consumed), next
+	o.ReqValid, o.ReqStamp, o.ReqNext, o.ReqSkipped = true, uint32(d.consumed), next, skipped
 	if err := d.m.WriteOrder(d.index, o); err != nil {
 		return fmt.Errorf("session %#x: posting a handback: %w", d.index, err)
 	}

@@ -53,6 +53,7 @@ func (k *kernel) packet(seq uint32, onDeliver func()) action {
 	if o.ReqValid {
 		if o.Owner != OwnerBPF && o.ReqStamp == uint32(k.divert) {
 			o.Owner, o.Next, o.ReqValid = OwnerBPF, o.ReqNext, false
+			o.Skipped, o.SkippedEnd = o.ReqSkipped, o.ReqNext
 		} else if o.Owner == OwnerBPF {
 			o.ReqValid = false
 		}
@@ -92,7 +93,7 @@ func newKernel() *kernel { return &kernel{o: Order{Owner: OwnerDaemon}} }
 func TestFirstIdlePosts(t *testing.T) {
 	k := newKernel()
 	d := New(k, 1)
-	if err := d.Idle(0, true); err != nil {
+	if err := d.Idle(0, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	if k.o != (Order{Owner: OwnerDaemon, ReqValid: true}) || !d.Pending() {
@@ -100,7 +101,7 @@ func TestFirstIdlePosts(t *testing.T) {
 	}
 	// Nothing more while pending.
 	k.o.ReqNext = 99
-	if err := d.Idle(5, true); err != nil || k.o.ReqNext != 99 {
+	if err := d.Idle(5, 0, true); err != nil || k.o.ReqNext != 99 {
 		t.Errorf("Idle while pending wrote %+v (%v)", k.o, err)
 	}
 	if st := d.Stats(); st.Posted != 1 {
@@ -115,11 +116,12 @@ func TestNoPostWhileHoldingOrUnchanged(t *testing.T) {
 	if _, _, err := d.OnData(PacketID{}, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Idle(3, false); err != nil || k.o.ReqValid {
+	if err := d.Idle(3, 0, false); err != nil || k.o.ReqValid {
 		t.Fatalf("posted while holding: %+v (%v)", k.o, err)
 	}
-	if err := d.Idle(3, true); err != nil || !k.o.ReqValid || k.o.ReqStamp != 1 || k.o.ReqNext != 3 {
-		t.Fatalf("empty: %+v (%v), want a handback stamped 1 at 3", k.o, err)
+	if err := d.Idle(3, 0b10, true); err != nil || !k.o.ReqValid || k.o.ReqStamp != 1 || k.o.ReqNext != 3 ||
+		k.o.ReqSkipped != 0b10 {
+		t.Fatalf("empty: %+v (%v), want a handback stamped 1 at 3, with 1 given up", k.o, err)
 	}
 	// It dies: a packet passed up after the stamp (divert 2 by now).
 	k.divert = 2
@@ -131,12 +133,12 @@ func TestNoPostWhileHoldingOrUnchanged(t *testing.T) {
 	}
 	// Reposted with the new count; a second Idle without new packets
 	// must not post again after this one dies too.
-	if err := d.Idle(3, true); err != nil || k.o.ReqStamp != 2 {
+	if err := d.Idle(3, 0, true); err != nil || k.o.ReqStamp != 2 {
 		t.Fatalf("repost: %+v (%v)", k.o, err)
 	}
 	d.posted = false // as if it had died without a packet (cannot happen; checks the guard)
 	k.o.ReqValid = false
-	if err := d.Idle(3, true); err != nil || k.o.ReqValid {
+	if err := d.Idle(3, 0, true); err != nil || k.o.ReqValid {
 		t.Errorf("posted again with nothing consumed: %+v (%v)", k.o, err)
 	}
 }
@@ -144,7 +146,7 @@ func TestNoPostWhileHoldingOrUnchanged(t *testing.T) {
 func TestAcceptedThenHandedOver(t *testing.T) {
 	k := newKernel()
 	d := New(k, 1)
-	if err := d.Idle(7, true); err != nil {
+	if err := d.Idle(7, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	var delivered []uint32
@@ -163,7 +165,7 @@ func TestAcceptedThenHandedOver(t *testing.T) {
 	}
 	// The handover passed one packet up and the daemon consumed it: the
 	// next handback matches.
-	if err := d.Idle(10, true); err != nil || k.o.ReqStamp != 1 {
+	if err := d.Idle(10, 0, true); err != nil || k.o.ReqStamp != 1 {
 		t.Fatalf("repost: %+v (%v)", k.o, err)
 	}
 	if a := k.packet(10, func() {}); a != deliver {
@@ -184,7 +186,7 @@ func TestResyncAfterAPassUpLostOnTheHost(t *testing.T) {
 	}
 	next := uint32(1)
 	for round := range 5 {
-		if err := d.Idle(next, true); err != nil {
+		if err := d.Idle(next, 0, true); err != nil {
 			t.Fatal(err)
 		}
 		if a := k.packet(next+1, nil); a != daemonOwns {
@@ -195,7 +197,7 @@ func TestResyncAfterAPassUpLostOnTheHost(t *testing.T) {
 		}
 		next += 1 // the hold timer skipped seq 1, the resequencer released the rest
 	}
-	if err := d.Idle(next, true); err != nil {
+	if err := d.Idle(next, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	// Quiet: nothing counted can still be on its way.
@@ -204,7 +206,7 @@ func TestResyncAfterAPassUpLostOnTheHost(t *testing.T) {
 		t.Fatalf("Resync: reset %v err %v pending %v consumed %d, want the kernel's count %d and nothing pending",
 			reset, err, d.Pending(), d.Consumed(), k.divert)
 	}
-	if err := d.Idle(next, true); err != nil {
+	if err := d.Idle(next, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	var delivered []uint32
@@ -237,7 +239,7 @@ func resyncAfterQuiet(d *Daemon) (reset bool, next uint32, err error) {
 func TestResyncWaitsForWhatWasJustPassedUp(t *testing.T) {
 	k := newKernel()
 	d := New(k, 1)
-	if err := d.Idle(0, true); err != nil {
+	if err := d.Idle(0, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	k.packet(0, func() {}) // accepted: the kernel owns and delivers
@@ -261,7 +263,7 @@ func TestResyncWaitsForWhatWasJustPassedUp(t *testing.T) {
 		t.Fatalf("kernel %v, want seq 3 passed up", a)
 	}
 	// seq 3 never reaches the daemon; its handback, stamped before it, is stale.
-	if err := d.Idle(3, true); err != nil {
+	if err := d.Idle(3, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := d.Resync(t0.Add(2*quiet), quiet); err != nil || d.Stats().Resyncs != 0 {
@@ -278,7 +280,7 @@ func TestResyncWaitsForWhatWasJustPassedUp(t *testing.T) {
 func TestResyncAfterAHandoverLostOnTheHost(t *testing.T) {
 	k := newKernel()
 	d := New(k, 1)
-	if err := d.Idle(4, true); err != nil {
+	if err := d.Idle(4, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	k.packet(4, func() {}) // accepted, delivered
@@ -309,13 +311,13 @@ func TestResyncWrongAboutAPacketDropsIt(t *testing.T) {
 	if _, _, err := d.OnData(PacketID{}, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Idle(1, true); err != nil { // stamped 1: stale
+	if err := d.Idle(1, 0, true); err != nil { // stamped 1: stale
 		t.Fatal(err)
 	}
 	if _, _, err := resyncAfterQuiet(d); err != nil || d.Consumed() != 2 {
 		t.Fatalf("Resync: %v, consumed %d; want the kernel's 2", err, d.Consumed())
 	}
-	if err := d.Idle(2, true); err != nil || k.o.ReqStamp != 2 {
+	if err := d.Idle(2, 0, true); err != nil || k.o.ReqStamp != 2 {
 		t.Fatalf("Idle: %v, %+v; want a handback stamped 2", err, k.o)
 	}
 	_, _, err := d.OnData(PacketID{LinkSeq: 1}, time.Time{}) // seq 1 after all
@@ -336,7 +338,7 @@ func TestResyncLeavesALiveRequest(t *testing.T) {
 	if reset, _, err := resyncAfterQuiet(d); reset || err != nil || d.Stats().Resyncs != 0 {
 		t.Fatalf("Resync with nothing posted: %v %v %+v", reset, err, d.Stats())
 	}
-	if err := d.Idle(0, true); err != nil {
+	if err := d.Idle(0, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	if reset, _, err := resyncAfterQuiet(d); reset || err != nil || !d.Pending() || d.Stats().Resyncs != 0 {
@@ -351,7 +353,7 @@ func TestResyncLeavesALiveRequest(t *testing.T) {
 func TestStrayWhileKernelOwns(t *testing.T) {
 	k := newKernel()
 	d := New(k, 1)
-	if err := d.Idle(0, true); err != nil {
+	if err := d.Idle(0, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	k.packet(0, func() {}) // accepted: the kernel owns
@@ -367,14 +369,14 @@ func TestStrayWhileKernelOwns(t *testing.T) {
 func TestReadErrorKeepsPending(t *testing.T) {
 	k := newKernel()
 	d := New(k, 1)
-	if err := d.Idle(0, true); err != nil {
+	if err := d.Idle(0, 0, true); err != nil {
 		t.Fatal(err)
 	}
 	k.readErr = errors.New("map gone")
 	if _, _, err := d.OnData(PacketID{}, time.Time{}); err == nil || !d.Pending() {
 		t.Errorf("read error: %v, pending %v", err, d.Pending())
 	}
-	if err := New(k, 2).Idle(0, true); err == nil {
+	if err := New(k, 2).Idle(0, 0, true); err == nil {
 		t.Error("Idle with an unreadable map succeeded")
 	}
 }
@@ -382,7 +384,7 @@ func TestReadErrorKeepsPending(t *testing.T) {
 func TestIdleRefusesWhenKernelOwnsUnannounced(t *testing.T) {
 	k := newKernel()
 	k.o.Owner = OwnerBPF
-	if err := New(k, 1).Idle(0, true); err == nil {
+	if err := New(k, 1).Idle(0, 0, true); err == nil {
 		t.Error("Idle posted over a kernel-owned state")
 	}
 }
@@ -439,7 +441,7 @@ func concurrentRun(t *testing.T, seed uint64) {
 	go func() { // the daemon
 		defer close(done)
 		deliverTo := func(p []byte) { record(uint32(p[0])<<24 | uint32(p[1])<<16 | uint32(p[2])<<8 | uint32(p[3])) }
-		if err := d.Idle(rs.Next(), rs.Empty()); err != nil {
+		if err := d.Idle(rs.Next(), rs.Skipped(), rs.Empty()); err != nil {
 			t.Error(err)
 		}
 		for s := range sock {
@@ -452,7 +454,7 @@ func concurrentRun(t *testing.T, seed uint64) {
 				rs.Restart(next)
 			}
 			rs.Push(1, s, 0, []byte{byte(s >> 24), byte(s >> 16), byte(s >> 8), byte(s)}, deliverTo)
-			if err := d.Idle(rs.Next(), rs.Empty()); err != nil {
+			if err := d.Idle(rs.Next(), rs.Skipped(), rs.Empty()); err != nil {
 				t.Error(err)
 			}
 		}

@@ -81,7 +81,7 @@ func (f *flow) receiveDue() {
 		if int32(p.seq-f.next) >= 0 {
 			f.next = p.seq + 1
 		}
-		if err := f.d.Idle(f.next, !f.now.Before(f.holdUntil)); err != nil {
+		if err := f.d.Idle(f.next, 0, !f.now.Before(f.holdUntil)); err != nil {
 			f.t.Fatal(err)
 		}
 	}

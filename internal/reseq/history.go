@@ -49,3 +49,15 @@ func (h *history) lookup(next, seq uint32) outcome {
 func (h *history) markDelivered(seq uint32) {
 	h.bits[(seq%historyBits)/64] |= 1 << (seq % 64)
 }
+
+// skippedBelow returns the numbers below next that were skipped and not delivered
+// since, as bits: bit i for next-1-i, the 64 latest recorded.
+func (h *history) skippedBelow(next uint32) uint64 {
+	var bits uint64
+	for i := uint32(0); i < 64 && i < h.depth; i++ {
+		if h.lookup(next, next-1-i) == wasSkipped {
+			bits |= 1 << i
+		}
+	}
+	return bits
+}

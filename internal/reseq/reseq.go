@@ -191,6 +191,11 @@ func (r *Resequencer) AwaitRepair(link uint8, until int64) {
 	r.stats.RepairWaits++
 }
 
+// Skipped returns which of the 64 numbers below the next expected one were given up
+// and not delivered since (bit i: Next()-1-i): the ones whose late copy PushCopy would
+// still deliver.
+func (r *Resequencer) Skipped() uint64 { return r.hist.skippedBelow(r.next) }
+
 // Stats returns the counters.
 func (r *Resequencer) Stats() Stats {
 	st := r.stats

@@ -231,6 +231,35 @@ func TestLateCopiesAreDeliveredOnce(t *testing.T) {
 	}
 }
 
+// Skipped names the numbers given up and not delivered below next (bit i: next-1-i),
+// the ones whose late copy PushCopy still delivers: what a handback tells the kernel.
+func TestSkippedNamesWhatALateCopyWouldStillFill(t *testing.T) {
+	r, s := newRS(Config{}, 0xfffffffe) // across the wrap
+	r.SetLinks([]uint8{0, 1, 2})
+	r.SetHold(10 * ms)
+	r.Push(0, 0xfffffffe, 0, pkt(0xfffffffe), s.deliver)
+	r.Push(0, 2, 0, pkt(2), s.deliver)
+	r.Expire(10*ms, s.deliver) // gives up 0xffffffff, 0 and 1
+	expect(t, "before the copies", s.take(), []uint32{0xfffffffe, 2})
+	if got := r.Skipped(); got != 0b1110 {
+		t.Fatalf("Skipped() = %#b at next %d, want 0b1110 (0xffffffff, 0 and 1 given up, 2 delivered)", got, r.Next())
+	}
+	r.PushCopy(11*ms, 0, 1, pkt(0), s.deliver)
+	if got := r.Skipped(); got != 0b1010 {
+		t.Errorf("after 0's late copy: Skipped() = %#b, want 0b1010", got)
+	}
+	for i := range uint32(62) { // next 65: 1 is the 64th number below it, 0xffffffff out of reach
+		r.Push(12*ms, 3+i, 0, pkt(3+i), s.deliver)
+	}
+	if got, want := r.Skipped(), uint64(1)<<63; got != want {
+		t.Errorf("64 numbers on: Skipped() = %#x, want %#x (only 1 left within reach)", got, want)
+	}
+	r.Restart(100)
+	if got := r.Skipped(); got != 0 {
+		t.Errorf("after a restart: Skipped() = %#x, want 0 (the history is gone)", got)
+	}
+}
+
 func TestStaleAndBogus(t *testing.T) {
 	r, s := newRS(Config{}, 1000)
 	r.Push(0, 999, 0, pkt(999), s.deliver) // before anything was resolved here

@@ -214,7 +214,7 @@ func Parse(r io.Reader, at time.Time) (*Snapshot, error) {
 	s.InitsShed = labelled(families["aggd_xdp_packets_total"], "reason", "rate_limited") // the shield limits nothing but INITs
 	for _, m := range families["aggd_fastpath_packets_total"].GetMetric() {
 		v := value(m)
-		fast := label(m, "verdict") == "fast"
+		fast := label(m, "verdict") == "fast" || label(m, "verdict") == "late_copy" // both delivered by the kernel
 		switch label(m, "direction") {
 		case "tx":
 			s.FastTx, s.SlowTx = addTo(fast, v, s.FastTx, s.SlowTx)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/aggd/aggd/internal/aqm"
 	"github.com/aggd/aggd/internal/metrics"
+	"github.com/aggd/aggd/internal/sched"
 )
 
 // With the kernel fast path the session has one AQM schedule (a spacing, fpGap).
@@ -113,5 +114,108 @@ func TestDaemonScheduleSparesThePacketAfterAnIdleSpell(t *testing.T) {
 	}
 	if !dueEvery(&next, &last, 20*ms, start+170*ms) {
 		t.Error("no signal a spacing after the spared packet")
+	}
+}
+
+// The AQM holds while a link that carries traffic is in doubt: its measure is then the
+// dying links' last report, and what the senders send is a failover's retransmissions.
+// A standby link in doubt while the primaries carry the traffic does not hold it.
+func TestAFailoverIsUnderWayWhileALinkThatCarriesTrafficIsSuspect(t *testing.T) {
+	link := func(usable, suspect bool, class sched.Class) sched.LinkParams {
+		return sched.LinkParams{Usable: usable, Suspect: suspect, Class: class, RateBps: 1e6}
+	}
+	primary, backup := sched.ClassPrimary, sched.ClassBackup
+	cases := []struct {
+		name  string
+		links []sched.LinkParams
+		want  bool
+	}{
+		{"all up", []sched.LinkParams{link(true, false, primary), link(true, false, primary), link(true, false, backup)}, false},
+		{"a primary suspect", []sched.LinkParams{link(true, true, primary), link(true, false, primary), link(true, false, backup)}, true},
+		{"the idle backup suspect", []sched.LinkParams{link(true, false, primary), link(true, true, backup)}, false},
+		{"the backup suspect, carrying alone", []sched.LinkParams{link(false, false, primary), link(true, true, backup)}, true},
+		{"a suspect link out of the schedule", []sched.LinkParams{link(false, true, primary), link(true, false, primary)}, false},
+	}
+	for _, c := range cases {
+		if got := failoverUnderWay(c.links); got != c.want {
+			t.Errorf("%s: failover under way = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// With the kernel fast path: a link going into doubt clears the kernel's drop schedule
+// at once (announceSuspect refreshes it), and once the doubt is resolved the queue must
+// stand above the target for an interval again before the kernel drops anything.
+func TestTheKernelsAQMScheduleHoldsWhileALinkIsInDoubt(t *testing.T) {
+	s, l, sp := fastSessionWithLink()
+	s.installKeys(&keyGen{id: 1, created: time.Now()}, true)
+	l.setState(stateUp)
+	s.aqm = aqm.New(int64(time.Millisecond), int64(time.Millisecond))
+	s.bondQueue.Store(int64(50 * time.Millisecond))
+	// A new measure of the same 50-ms queue; measures 12 ms apart outlast the interval
+	// and, two at a time, the reaction time (a 20-ms probe interval, no RTT yet).
+	measure := func() time.Duration {
+		time.Sleep(12 * time.Millisecond)
+		s.bondQueueGen.Add(1)
+		s.refreshSchedule()
+		return sp.programmed.AQMGap
+	}
+	measure()
+	if gap := measure(); gap == 0 {
+		t.Fatal("setup: no drop schedule on a 50-ms queue above a 1-ms target")
+	}
+	l.setState(stateSuspect) // as checkLinkHealth finds it, and then announces it
+	s.announceSuspect(l, causeSilence)
+	if gap := sp.programmed.AQMGap; gap != 0 {
+		t.Errorf("a link in doubt: the kernel drops every %s, want no drop", gap)
+	}
+	if gap := measure(); gap != 0 {
+		t.Errorf("a new measure while the link is in doubt: the kernel drops every %s, want no drop", gap)
+	}
+	l.setState(stateUp)
+	if gap := measure(); gap != 0 {
+		t.Errorf("the first measure after the doubt: the kernel drops every %s, want none before an interval above target", gap)
+	}
+	measure()
+	if gap := measure(); gap == 0 {
+		t.Error("the queue stayed above target for intervals after the doubt, and the kernel was given no drop schedule")
+	}
+}
+
+// In userspace the daemon drops nothing while a link that carries traffic is in doubt.
+func TestTheDaemonsAQMHoldsWhileALinkIsInDoubt(t *testing.T) {
+	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	l := s.addLink(LinkSpec{ID: 1, Name: "cable"}, func(*link, []byte) error { return nil })
+	l.setState(stateUp)
+	s.aqm = aqm.New(int64(time.Millisecond), int64(time.Millisecond))
+	s.bondQueue.Store(int64(50 * time.Millisecond))
+	const ms = int64(time.Millisecond)
+	start := int64(time.Hour)
+	// drops sends a packet every ms over [from, from+100 ms), with a new measure every
+	// 10 ms, and counts the drops.
+	drops := func(from int64) (n int) {
+		s.refreshSchedule()
+		s.txMu.Lock()
+		defer s.txMu.Unlock()
+		for now := from; now < from+100*ms; now += ms {
+			if (now-from)%(10*ms) == 0 {
+				s.bondQueueGen.Add(1)
+			}
+			if s.aqmSignal(now) {
+				n++
+			}
+		}
+		return n
+	}
+	if drops(start) == 0 {
+		t.Fatal("setup: no drop in 100 ms on a 50-ms queue above a 1-ms target")
+	}
+	l.setState(stateSuspect)
+	if n := drops(start + 100*ms); n != 0 {
+		t.Errorf("a link in doubt: %d drops, want none", n)
+	}
+	l.setState(stateUp)
+	if drops(start+200*ms) == 0 {
+		t.Error("the doubt resolved: no drop in 100 ms on a 50-ms queue")
 	}
 }

@@ -38,8 +38,10 @@ type SessionPath interface {
 	// delivering it could deliver it twice.
 	OnData(link uint8, linkSeq uint32, now time.Time) (restart bool, next uint32, drop bool)
 	// Idle is told the resequencer's state after each change: when it is empty, the
-	// ordering can go back to the kernel, which then continues at next.
-	Idle(next uint32, empty bool)
+	// ordering can go back to the kernel, which then continues at next, and delivers a
+	// late copy of any number in skipped (bit i: next-1-i, given up and not delivered:
+	// reseq.Skipped), as the resequencer would have (PushCopy).
+	Idle(next uint32, skipped uint64, empty bool)
 	// HandbackPending reports whether the daemon has offered the ordering back to the
 	// kernel and not yet learnt the outcome: the kernel may own the ordering and be
 	// delivering the very numbers a probe's watermark or a loss notice would make the

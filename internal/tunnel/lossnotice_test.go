@@ -527,7 +527,7 @@ func (f *fakeSessionPath) OnData(uint8, uint32, time.Time) (bool, uint32, bool) 
 }
 func (f *fakeSessionPath) HandbackPending() bool                          { return f.pending }
 func (f *fakeSessionPath) ReceivesOn(ifindex int) bool                    { return ifindex != f.noReceive }
-func (f *fakeSessionPath) Idle(_ uint32, empty bool)                      { f.offered = empty }
+func (f *fakeSessionPath) Idle(_ uint32, _ uint64, empty bool)            { f.offered = empty }
 func (f *fakeSessionPath) Resync(time.Time, time.Duration) (bool, uint32) { return false, 0 }
 func (f *fakeSessionPath) RxDelta() map[uint8]RxDelta                     { return nil }
 func (f *fakeSessionPath) TxDelta() map[uint8]TxDelta {

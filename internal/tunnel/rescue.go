@@ -22,7 +22,9 @@ package tunnel
 // Why the same sequence numbers: a copy of a packet that arrived after all (the link
 // was alive) is dropped as a duplicate, so the end host never sees a packet twice
 // because of a rescue. A copy that comes after the receiver gave its number up is
-// delivered late, out of order (reseq.PushCopy): better for TCP than never. (New
+// delivered late, out of order (reseq.PushCopy, or the kernel's receive program when
+// the daemon has handed the ordering back to it since: late_copy, bpf/include/
+// aggd_order.h): better for TCP than never. (New
 // numbers, tried first, put every rescued packet behind all that followed its hole.)
 //
 // With the kernel fast path, the kernel keeps the latest packets it sent in a ring of

@@ -110,7 +110,10 @@ type Session struct {
 	// without the fast path: one after an interval without any is not dropped
 	// (Codel.Idle). Guarded by txMu.
 	aqmOffered int64
-	kept       keptPackets // the latest data packets sent, for a rescue (rescue.go)
+	// aqmHeld: a link that carries traffic is in doubt, and the AQM drops nothing
+	// (failoverUnderWay). Guarded by txMu.
+	aqmHeld bool
+	kept    keptPackets // the latest data packets sent, for a rescue (rescue.go)
 	// backupReturn keeps backup links as overflow links for a while after the
 	// primaries are back (backupreturn.go). Guarded by txMu.
 	backupReturn backupReturn
@@ -356,7 +359,7 @@ func (s *Session) aqmSignal(now int64) bool {
 		return false
 	}
 	if s.fp == nil {
-		if afterIdle(&s.aqmOffered, now) {
+		if afterIdle(&s.aqmOffered, now) || s.aqmHeld {
 			s.aqm.Idle()
 			return false
 		}
@@ -525,9 +528,15 @@ func (s *Session) refreshSchedule() {
 		target := int64(aqmTarget(s.cfg.AQMTarget, s.cfg.AQMMaxTarget, params))
 		s.aqm.SetTarget(target)
 		s.aqm.SetReaction(int64(aqmReaction(s.cfg.Probe, params, rtts)))
+		s.aqmHeld = failoverUnderWay(params)
+		if s.aqmHeld {
+			s.aqm.Idle()
+		}
 		if s.fp != nil {
 			q := s.bondQueue.Load()
-			gap = time.Duration(s.aqm.Spacing(clock.Nanos(), q, s.bondQueueGen.Load(), int64(s.cfg.Probe)))
+			if !s.aqmHeld {
+				gap = time.Duration(s.aqm.Spacing(clock.Nanos(), q, s.bondQueueGen.Load(), int64(s.cfg.Probe)))
+			}
 			// Logged when it changes: the kernel's drops and marks show in its
 			// verdict counts only, not why they came when they did.
 			if int64(gap) != s.fpGap {
@@ -586,6 +595,26 @@ func aqmTarget(configured, ceiling time.Duration, links []sched.LinkParams) time
 		t = max(t, ceiling)
 	}
 	return min(t, max(configured, ceiling))
+}
+
+// failoverUnderWay reports whether a link that carries traffic now (a usable primary,
+// or any usable link if no primary is) is suspect. Then the bond's AQM holds: it drops
+// nothing, and leaves its dropping state, so that once the doubt is resolved the queue
+// must stand above the target for an interval again, on measures of the links left,
+// before it drops. Its measure is then the dying links' last report, a queue that is not
+// being fed any more, and what the senders send in the meantime is mostly what a
+// failover makes them send: retransmissions after a timeout, tail-loss probes, whose loss
+// costs a flow another timeout. In the lab's standby scenario with the fast path, the
+// kernel dropped TCP's timeout resend 40 ms after the primaries went suspect, on the
+// 26-ms queue their last report had shown; the next resend came 540 ms later
+// (BENCHMARKS.md, "Late copies, and no AQM drop in a failover").
+func failoverUnderWay(links []sched.LinkParams) bool {
+	primary := slices.ContainsFunc(links, func(p sched.LinkParams) bool {
+		return p.Usable && p.Class == sched.ClassPrimary
+	})
+	return slices.ContainsFunc(links, func(p sched.LinkParams) bool {
+		return p.Usable && p.Suspect && (p.Class == sched.ClassPrimary || !primary)
+	})
 }
 
 // aqmReaction is the earliest a measure of the bond's queue can show the sender's
@@ -927,7 +956,7 @@ const minPeerMTU = 576
 // packet the handover counted is still on its way into it. Caller holds rxMu.
 func (s *Session) armHoldTimer(now int64) {
 	if s.fp != nil && s.rxInFlight == 0 {
-		s.fp.Idle(s.reseq.Next(), s.reseq.Empty() && s.kernelMayCarry())
+		s.fp.Idle(s.reseq.Next(), s.reseq.Skipped(), s.reseq.Empty() && s.kernelMayCarry())
 	}
 	d, ok := s.reseq.NextDeadline()
 	if !ok || (s.armedAt != 0 && s.armedAt <= d) {
@@ -1134,6 +1163,13 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 // announceSuspect acts on a link that just went suspect: the packets it had in flight
 // get copies (rescue), and the log says why.
 func (s *Session) announceSuspect(l *link, cause healthCause) {
+	// With the kernel fast path the kernel learns of the doubt now, as of a link gone
+	// down (linkDown), not at the tick's refresh up to a probe interval later: its
+	// packets on l get their copies from here on, and the bond's AQM holds
+	// (failoverUnderWay).
+	if s.fp != nil {
+		s.refreshSchedule()
+	}
 	l.m.suspicions[cause].Inc()
 	l.logger().Warn("link suspect: copying its traffic to another link", "cause", cause.String(),
 		"copied_in_flight", s.rescue(l))
