@@ -81,9 +81,95 @@ func (t *Tx) Kept(slot uint32, seqs []uint32) ([][]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kept packet %d of session %d: %w", seq, slot, err)
 		}
-		out[i] = keptPacket(v, seq)
+		if out[i] = keptPacket(v, seq); out[i] != nil {
+			fillPendingChecksum(out[i])
+		}
 	}
 	return out, nil
+}
+
+// fillPendingChecksum fills in the TCP or UDP checksum of the IPv4 or IPv6 packet p
+// if it is still pending: the program keeps a packet as it finds it on agg0's egress,
+// and there a packet sent by a local socket or forwarded from a veth (a container, a
+// VM, the lab's LAN) carries only its pseudo-header's folded sum in the field
+// (CHECKSUM_PARTIAL; the uplink's transmit fills it in for the packet the program
+// sends). A copy the daemon sends of the kept bytes is bytes only, and the receiving
+// host drops a segment with that checksum as corrupt: in the lab's standby scenario
+// with the fast path, every rescue copy of what the dead primaries had in flight
+// reached the headend and was delivered, and TCP resent them all after its
+// retransmission timeout (BENCHMARKS.md, "Late copies, and no AQM drop in a
+// failover"). The pending state is recognised as the transmit program recognises it
+// (tx_inner_sum): the field equals the folded pseudo-header sum. A complete checksum
+// that happens to equal it is recomputed to itself. Fragments, IPv6 extension headers,
+// other protocols and packets whose lengths do not add up are left as they are.
+func fillPendingChecksum(p []byte) {
+	var hlen int
+	var proto byte
+	var addrs []byte // source and destination, back to back
+	switch {
+	case len(p) >= 20 && p[0]>>4 == 4:
+		hlen = int(p[0]&0x0f) * 4
+		fragment := binary.BigEndian.Uint16(p[6:])&0x3fff != 0 // MF or an offset
+		if hlen < 20 || int(binary.BigEndian.Uint16(p[2:])) != len(p) || fragment {
+			return
+		}
+		proto, addrs = p[9], p[12:20]
+	case len(p) >= 40 && p[0]>>4 == 6:
+		hlen = 40
+		if 40+int(binary.BigEndian.Uint16(p[4:])) != len(p) {
+			return
+		}
+		proto, addrs = p[6], p[8:40]
+	default:
+		return
+	}
+	seg := p[hlen:]
+	var check int
+	switch {
+	case proto == ipProtoTCP && len(seg) >= 20:
+		check = 16
+	case proto == ipProtoUDP && len(seg) >= 8:
+		check = 6
+	default:
+		return
+	}
+	n := len(seg) // the pseudo-header's length and protocol, as IPv6's 32-bit words (the same sum as IPv4's)
+	pseudo := csumAdd(csumAdd(0, addrs), []byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n), 0, 0, 0, proto})
+	if binary.BigEndian.Uint16(seg[check:]) != csumFold(pseudo) {
+		return
+	}
+	binary.BigEndian.PutUint16(seg[check:], 0)
+	sum := ^csumFold(csumAdd(pseudo, seg))
+	if sum == 0 && proto == ipProtoUDP {
+		sum = 0xffff // 0 says "no checksum" in UDP
+	}
+	binary.BigEndian.PutUint16(seg[check:], sum)
+}
+
+const (
+	ipProtoTCP = 6
+	ipProtoUDP = 17
+)
+
+// csumAdd adds b, as big-endian 16-bit words (an odd last byte padded with zero), to
+// the one's complement sum s, unfolded.
+func csumAdd(s uint32, b []byte) uint32 {
+	for len(b) >= 2 {
+		s += uint32(binary.BigEndian.Uint16(b))
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		s += uint32(b[0]) << 8
+	}
+	return s
+}
+
+// csumFold folds a one's complement sum to 16 bits.
+func csumFold(s uint32) uint16 {
+	for s > 0xffff {
+		s = s&0xffff + s>>16
+	}
+	return uint16(s)
 }
 
 // keptPacket returns the packet in the ring element v if it is the one sent with seq

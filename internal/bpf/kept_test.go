@@ -150,3 +150,48 @@ func lens(ps [][]byte) []int {
 	}
 	return out
 }
+
+// A packet whose TCP or UDP checksum is still pending on agg0's egress (CHECKSUM_PARTIAL:
+// the field holds the pseudo-header's folded sum) is kept with it filled in, as the uplink
+// fills it in for the packet sent: a rescue copy of the kept bytes must pass the
+// receiver's check. Complete checksums, and a UDP datagram without one, are kept as they
+// are.
+func TestKeptPacketsHaveTheirPendingChecksumsFilledIn(t *testing.T) {
+	tx := loadTxT(t)
+	setTxSession(t, tx, 5, TxSession{Enabled: true, PeerIndex: 5, KeyID: 1, Key: testKey, MTU: 9000,
+		Links: []TxLink{l3Link(1, 10e6)}})
+	setTxRoute(t, tx, "0.0.0.0/0", 5)
+	setTxRoute(t, tx, "::/0", 5)
+	if err := tx.EnableKept(5); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		v6      bool
+		proto   byte
+		n       int
+		pending bool
+	}{
+		{"IPv4 TCP, pending", false, protoTCP, 1000, true},
+		{"IPv4 UDP, pending", false, protoUDP, 333, true},
+		{"IPv6 TCP, pending", true, protoTCP, 1200, true},
+		{"IPv6 UDP, pending", true, protoUDP, 1, true},
+		{"IPv4 TCP, complete", false, protoTCP, 500, false},
+		{"IPv6 UDP, complete", true, protoUDP, 77, false},
+	} {
+		pkt, leaves := innerL4(c.v6, c.proto, c.n, c.pending)
+		got, err := tx.Kept(5, []uint32{sendSeq(t, tx, pkt, 20)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[0], leaves) {
+			t.Errorf("%s: kept % x\nwant   % x", c.name, got[0], leaves)
+		}
+	}
+	// A UDP datagram without a checksum (0 over IPv4) keeps none.
+	pkt, _ := innerL4(false, protoUDP, 40, false)
+	binary.BigEndian.PutUint16(pkt[20+6:], 0)
+	if got, err := tx.Kept(5, []uint32{sendSeq(t, tx, pkt, 20)}); err != nil || !bytes.Equal(got[0], pkt) {
+		t.Errorf("UDP without a checksum: kept % x (%v), want it as sent", got[0], err)
+	}
+}
