@@ -8,8 +8,11 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/aggd/aggd/internal/auth"
 	"github.com/aggd/aggd/internal/sched"
@@ -283,7 +286,11 @@ func TestTxStandbyCopy(t *testing.T) {
 		other := TxLink{Ifindex: up.Attrs().Index, LinkID: 6, State: TxLinkUp, Ethernet: true, NeighOK: true, RateBps: 10e6,
 			Src: netip.MustParseAddrPort("192.0.2.1:4242"), Dst: netip.MustParseAddrPort("198.51.100.9:4243"), Gateway: gw}
 		// 100 kbit/s: each 284-byte copy (a 200-byte packet in its IPv4 datagram) adds
-		// 22.7 ms to the backup's virtual queue, so the third finds it over 30 ms.
+		// 22.7 ms to the backup's virtual queue, so the second still finds it within
+		// 30 ms whenever it comes. Before the third, the queue is set a second ahead:
+		// left to the two copies' 45 ms it would be over 30 ms only for the first 15 ms
+		// after the first, and under the 6.1 VM's emulation the checks between two
+		// packets took longer (a CI run of make test-bpf-lts, 2026-12-06).
 		backup := TxLink{Ifindex: up6.Attrs().Index, LinkID: 7, Class: 2, State: TxLinkUp, Ethernet: true, NeighOK: true,
 			RateBps: 100e3, Src: netip.MustParseAddrPort("[2001:db8:5::1]:4242"),
 			Dst: netip.MustParseAddrPort("[2001:db8:ffff::9]:4244"), Gateway: netip.MustParseAddr("fe80::1"),
@@ -308,6 +315,9 @@ func TestTxStandbyCopy(t *testing.T) {
 		inner, leaves := innerL4(false, protoTCP, 160, false) // 200 bytes, to 10.99.0.1
 		for i := range 3 {
 			name := fmt.Sprintf("packet %d", i)
+			if i == 2 {
+				setBacklogAhead(t, tx, slot, 2, time.Second)
+			}
 			ret, out := runTx(t, tx, frameOf(inner), nil)
 			if ret != tcActRedirect {
 				t.Fatalf("%s: verdict %d, want %d; counters %v", name, ret, tcActRedirect, txVerdicts(t, tx))
@@ -398,5 +408,23 @@ func TestTxSchedulerChargesAnIPv6LinkItsLongerHeader(t *testing.T) {
 		if d := math.Abs(float64(ref[id]) - want); d > 2 {
 			t.Errorf("Go scheduler, link %d: %d packets, want %.0f ± 2 (all: %v)", id, ref[id], want, ref)
 		}
+	}
+}
+
+// setBacklogAhead sets the virtual queue of link slot i of session slot to drain ahead
+// from now (the program's clock, CLOCK_MONOTONIC), under the scheduler value's lock.
+func setBacklogAhead(t *testing.T, tx *Tx, slot uint32, i int, ahead time.Duration) {
+	t.Helper()
+	var v fptxAggdFpTxSched
+	if err := tx.objs.TxSched.LookupWithFlags(slot, &v, ebpf.LookupLock); err != nil {
+		t.Fatal(err)
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		t.Fatal(err)
+	}
+	v.St.BacklogEndNs[i] = uint64(ts.Nano() + int64(ahead))
+	if err := tx.objs.TxSched.Update(slot, &v, ebpf.UpdateLock|ebpf.UpdateExist); err != nil {
+		t.Fatal(err)
 	}
 }
