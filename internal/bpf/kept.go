@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 // Kept packets (tx_kept in bpf/tc_tx.c, struct aggd_fp_kept): the transmit program
@@ -126,9 +127,9 @@ func fillPendingChecksum(p []byte) {
 	seg := p[hlen:]
 	var check int
 	switch {
-	case proto == ipProtoTCP && len(seg) >= 20:
+	case proto == unix.IPPROTO_TCP && len(seg) >= 20:
 		check = 16
-	case proto == ipProtoUDP && len(seg) >= 8:
+	case proto == unix.IPPROTO_UDP && len(seg) >= 8:
 		check = 6
 	default:
 		return
@@ -140,16 +141,11 @@ func fillPendingChecksum(p []byte) {
 	}
 	binary.BigEndian.PutUint16(seg[check:], 0)
 	sum := ^csumFold(csumAdd(pseudo, seg))
-	if sum == 0 && proto == ipProtoUDP {
+	if sum == 0 && proto == unix.IPPROTO_UDP {
 		sum = 0xffff // 0 says "no checksum" in UDP
 	}
 	binary.BigEndian.PutUint16(seg[check:], sum)
 }
-
-const (
-	ipProtoTCP = 6
-	ipProtoUDP = 17
-)
 
 // csumAdd adds b, as big-endian 16-bit words (an odd last byte padded with zero), to
 // the one's complement sum s, unfolded.

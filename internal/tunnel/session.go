@@ -609,12 +609,17 @@ func aqmTarget(configured, ceiling time.Duration, links []sched.LinkParams) time
 // 26-ms queue their last report had shown; the next resend came 540 ms later
 // (BENCHMARKS.md, "Late copies, and no AQM drop in a failover").
 func failoverUnderWay(links []sched.LinkParams) bool {
+	carries := carriesTraffic(links)
+	return slices.ContainsFunc(links, func(p sched.LinkParams) bool { return carries(p) && p.Suspect })
+}
+
+// carriesTraffic returns whether a link among links carries traffic now: a usable
+// primary, or any usable link if no primary is.
+func carriesTraffic(links []sched.LinkParams) func(sched.LinkParams) bool {
 	primary := slices.ContainsFunc(links, func(p sched.LinkParams) bool {
 		return p.Usable && p.Class == sched.ClassPrimary
 	})
-	return slices.ContainsFunc(links, func(p sched.LinkParams) bool {
-		return p.Usable && p.Suspect && (p.Class == sched.ClassPrimary || !primary)
-	})
+	return func(p sched.LinkParams) bool { return p.Usable && (p.Class == sched.ClassPrimary || !primary) }
 }
 
 // aqmReaction is the earliest a measure of the bond's queue can show the sender's
@@ -630,12 +635,10 @@ func failoverUnderWay(links []sched.LinkParams) bool {
 // under load rose by about 7 ms, past the 30-ms budget in two runs of five
 // (BENCHMARKS.md, "An AQM drop waits for its answer").
 func aqmReaction(period time.Duration, links []sched.LinkParams, rtts []time.Duration) time.Duration {
-	primary := slices.ContainsFunc(links, func(p sched.LinkParams) bool {
-		return p.Usable && p.Class == sched.ClassPrimary
-	})
+	carries := carriesTraffic(links)
 	rtt := time.Duration(-1)
 	for i, p := range links {
-		if p.Usable && (p.Class == sched.ClassPrimary || !primary) && (rtt < 0 || rtts[i] < rtt) {
+		if carries(p) && (rtt < 0 || rtts[i] < rtt) {
 			rtt = rtts[i]
 		}
 	}
@@ -956,7 +959,12 @@ const minPeerMTU = 576
 // packet the handover counted is still on its way into it. Caller holds rxMu.
 func (s *Session) armHoldTimer(now int64) {
 	if s.fp != nil && s.rxInFlight == 0 {
-		s.fp.Idle(s.reseq.Next(), s.reseq.Skipped(), s.reseq.Empty() && s.kernelMayCarry())
+		var skipped uint64 // read only when it can go with a handback
+		empty := s.reseq.Empty() && s.kernelMayCarry()
+		if empty {
+			skipped = s.reseq.Skipped()
+		}
+		s.fp.Idle(s.reseq.Next(), skipped, empty)
 	}
 	d, ok := s.reseq.NextDeadline()
 	if !ok || (s.armedAt != 0 && s.armedAt <= d) {
