@@ -227,3 +227,43 @@ func TestIdleEndsDropping(t *testing.T) {
 		t.Errorf("no drop once the queue had stood above target for an interval after the idle spell")
 	}
 }
+
+// After Settle (a failover ended) the first drop acts only on a measure that came at
+// least the reaction time later, though the queue stood above target for an interval
+// sooner: earlier measures show what the failover queued, not the senders' windows.
+// Idle alone would have dropped an interval after it.
+func TestSettleWaitsForAMeasureOfTheLinksLeft(t *testing.T) {
+	firstDrop := func(settle bool) (drop, acted int64) {
+		c := New(10*ms, 100*ms)
+		c.SetReaction(250 * ms)
+		var g uint64
+		var measureAt int64
+		for now := ms; now < 3000*ms; now += ms {
+			if now%(20*ms) == 0 {
+				g, measureAt = g+1, now // a report every 20 ms, every one above target
+			}
+			if now == 1000*ms {
+				if settle {
+					c.Settle(now)
+				} else {
+					c.Idle()
+				}
+			}
+			if c.Drop(now, 50*ms, g) && now >= 1000*ms {
+				return now, measureAt
+			}
+		}
+		return 0, 0
+	}
+	drop, acted := firstDrop(true)
+	if drop == 0 {
+		t.Fatal("no drop after Settle on a queue that stayed above target: want the control law to resume")
+	}
+	if since := acted - 1000*ms; since < 250*ms {
+		t.Errorf("the first drop after Settle (at %d ms) acted on the measure of %d ms, %d ms after it: within the 250-ms reaction time",
+			drop/ms, acted/ms, since/ms)
+	}
+	if idle, _ := firstDrop(false); idle == 0 || idle >= drop {
+		t.Errorf("setup: after Idle alone the first drop came at %d ms, after Settle at %d ms: want Idle's sooner", idle/ms, drop/ms)
+	}
+}

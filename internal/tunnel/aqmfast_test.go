@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/aggd/aggd/internal/aqm"
+	"github.com/aggd/aggd/internal/clock"
 	"github.com/aggd/aggd/internal/metrics"
 	"github.com/aggd/aggd/internal/sched"
 )
@@ -173,13 +174,26 @@ func TestTheKernelsAQMScheduleHoldsWhileALinkIsInDoubt(t *testing.T) {
 		t.Errorf("a new measure while the link is in doubt: the kernel drops every %s, want no drop", gap)
 	}
 	l.setState(stateUp)
-	if gap := measure(); gap != 0 {
-		t.Errorf("the first measure after the doubt: the kernel drops every %s, want none before an interval above target", gap)
+	resolved := clock.Nanos()
+	s.refreshSchedule() // the doubt resolved, on the measure of before
+	if gap := sp.programmed.AQMGap; gap != 0 {
+		t.Errorf("the doubt resolved: the kernel drops every %s, want none before an interval above target", gap)
 	}
-	measure()
-	if gap := measure(); gap == 0 {
-		t.Error("the queue stayed above target for intervals after the doubt, and the kernel was given no drop schedule")
+	// No drop schedule on a measure taken within the reaction time (the 20-ms probe
+	// interval) after the doubt was resolved (aqm.Codel.Settle); then the control law
+	// resumes.
+	for range 5 {
+		gap := measure()
+		at := clock.Nanos()
+		if gap == 0 {
+			continue
+		}
+		if since := time.Duration(at - resolved); since < 20*time.Millisecond {
+			t.Errorf("a drop schedule (%s) on a measure %s after the doubt was resolved: within the 20-ms reaction time", gap, since)
+		}
+		return
 	}
+	t.Error("the queue stayed above target for intervals after the doubt, and the kernel was given no drop schedule")
 }
 
 // In userspace the daemon drops nothing while a link that carries traffic is in doubt.
@@ -190,10 +204,12 @@ func TestTheDaemonsAQMHoldsWhileALinkIsInDoubt(t *testing.T) {
 	s.aqm = aqm.New(int64(time.Millisecond), int64(time.Millisecond))
 	s.bondQueue.Store(int64(50 * time.Millisecond))
 	const ms = int64(time.Millisecond)
-	start := int64(time.Hour)
+	// The session's clock, which refreshSchedule reads: the first two spells of 100 ms
+	// are over before the test begins, the third begins now.
+	start := clock.Nanos() - 300*ms
 	// drops sends a packet every ms over [from, from+100 ms), with a new measure every
-	// 10 ms, and counts the drops.
-	drops := func(from int64) (n int) {
+	// 10 ms, and counts the drops; first is when the first was made.
+	drops := func(from int64) (n int, first int64) {
 		s.refreshSchedule()
 		s.txMu.Lock()
 		defer s.txMu.Unlock()
@@ -202,20 +218,31 @@ func TestTheDaemonsAQMHoldsWhileALinkIsInDoubt(t *testing.T) {
 				s.bondQueueGen.Add(1)
 			}
 			if s.aqmSignal(now) {
+				if n == 0 {
+					first = now
+				}
 				n++
 			}
 		}
-		return n
+		return n, first
 	}
-	if drops(start) == 0 {
+	if n, _ := drops(start); n == 0 {
 		t.Fatal("setup: no drop in 100 ms on a 50-ms queue above a 1-ms target")
 	}
 	l.setState(stateSuspect)
-	if n := drops(start + 100*ms); n != 0 {
+	if n, _ := drops(start + 100*ms); n != 0 {
 		t.Errorf("a link in doubt: %d drops, want none", n)
 	}
 	l.setState(stateUp)
-	if drops(start+200*ms) == 0 {
-		t.Error("the doubt resolved: no drop in 100 ms on a 50-ms queue")
+	// The doubt is resolved at the next refresh, no sooner than now: the first drop
+	// after it acts on a measure of the links left, one that came at least the reaction
+	// time (the 20-ms probe interval) later (aqm.Codel.Settle).
+	resolved := clock.Nanos()
+	n, first := drops(resolved)
+	if n == 0 {
+		t.Fatal("the doubt resolved: no drop in 100 ms on a 50-ms queue")
+	}
+	if since := time.Duration(first - resolved); since < 20*time.Millisecond {
+		t.Errorf("the first drop after the doubt came %s after it was resolved: within the 20-ms reaction time", since)
 	}
 }

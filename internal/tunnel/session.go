@@ -522,20 +522,27 @@ func (s *Session) refreshSchedule() {
 	}
 	var gap time.Duration
 	s.txMu.Lock()
-	began, ended := s.backupReturn.apply(params, clock.Nanos())
+	now := clock.Nanos()
+	began, ended := s.backupReturn.apply(params, now)
 	s.sched.SetLinks(params)
 	if s.aqm != nil {
 		target := int64(aqmTarget(s.cfg.AQMTarget, s.cfg.AQMMaxTarget, params))
 		s.aqm.SetTarget(target)
 		s.aqm.SetReaction(int64(aqmReaction(s.cfg.Probe, params, rtts)))
-		s.aqmHeld = failoverUnderWay(params)
-		if s.aqmHeld {
+		held := failoverUnderWay(params)
+		switch {
+		case held:
 			s.aqm.Idle()
+		case s.aqmHeld:
+			// The doubt is resolved: the measure now comes from the links left.
+			s.aqm.Settle(now)
+			s.log.Debug("aqm settles: the doubt is resolved", "first_drop_after", aqmReaction(s.cfg.Probe, params, rtts))
 		}
+		s.aqmHeld = held
 		if s.fp != nil {
 			q := s.bondQueue.Load()
 			if !s.aqmHeld {
-				gap = time.Duration(s.aqm.Spacing(clock.Nanos(), q, s.bondQueueGen.Load(), int64(s.cfg.Probe)))
+				gap = time.Duration(s.aqm.Spacing(now, q, s.bondQueueGen.Load(), int64(s.cfg.Probe)))
 			}
 			// Logged when it changes: the kernel's drops and marks show in its
 			// verdict counts only, not why they came when they did.
@@ -599,15 +606,17 @@ func aqmTarget(configured, ceiling time.Duration, links []sched.LinkParams) time
 
 // failoverUnderWay reports whether a link that carries traffic now (a usable primary,
 // or any usable link if no primary is) is suspect. Then the bond's AQM holds: it drops
-// nothing, and leaves its dropping state, so that once the doubt is resolved the queue
-// must stand above the target for an interval again, on measures of the links left,
-// before it drops. Its measure is then the dying links' last report, a queue that is not
-// being fed any more, and what the senders send in the meantime is mostly what a
-// failover makes them send: retransmissions after a timeout, tail-loss probes, whose loss
-// costs a flow another timeout. In the lab's standby scenario with the fast path, the
-// kernel dropped TCP's timeout resend 40 ms after the primaries went suspect, on the
-// 26-ms queue their last report had shown; the next resend came 540 ms later
-// (BENCHMARKS.md, "Late copies, and no AQM drop in a failover").
+// nothing, and leaves its dropping state. Its measure is then the dying links' last
+// report, a queue that is not being fed any more, and what the senders send in the
+// meantime is mostly what a failover makes them send: retransmissions after a timeout,
+// tail-loss probes, whose loss costs a flow another timeout. In the lab's standby
+// scenario with the fast path, the kernel dropped TCP's timeout resend 40 ms after the
+// primaries went suspect, on the 26-ms queue their last report had shown; the next
+// resend came 540 ms later (BENCHMARKS.md, "Late copies, and no AQM drop in a
+// failover"). Once the doubt is resolved, the queue must stand above the target for an
+// interval again, on measures that came at least a reaction time later, before the AQM
+// drops (aqm.Codel.Settle): those show the links left, with what the failover itself
+// queued on them drained.
 func failoverUnderWay(links []sched.LinkParams) bool {
 	carries := carriesTraffic(links)
 	return slices.ContainsFunc(links, func(p sched.LinkParams) bool { return carries(p) && p.Suspect })
