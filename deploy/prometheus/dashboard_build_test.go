@@ -153,7 +153,7 @@ func buildDashboard() *dashboard.DashboardBuilder {
 		WithPanel(graph("Loss", "Each link's recent loss ratio, as the peer reports it (alert AggdLinkLossHigh above 5 %).", "percentunit",
 			query(`aggd_link_loss_ratio{`+ofPeers+`}`+byName, perLink))).
 		WithPanel(graph("Suspicions", "How often links went suspect, by cause (silence, reports, owed, peer_copies, "+
-			"missed_probe): each one copies the link's traffic to another until it is up or down.", "ops",
+			"missed_probe, companion_down): each one copies the link's traffic to another until it is up or down.", "ops",
 			query(`sum by (peer, link, cause) (rate(aggd_link_suspicions_total{`+ofPeers+`}[$__rate_interval]))`,
 				"{{peer}} / {{link}}: {{cause}}")))
 

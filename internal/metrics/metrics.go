@@ -116,7 +116,8 @@ func New() *Set {
 		LinkSuspicions: counterVec("link_suspicions_total", "Times a link went suspect (its traffic copied to another link until it is up or down again), "+
 			"by cause: silence (no probe reply), reports (the peer's reports show its data stopped arriving), reports_and_silence (both), owed (silent while the peer's "+
 			"reports show data sent on it an RTT before missing), peer_copies (silent while the peer copies what it sends), "+
-			"missed_probe (a probe unanswered while another link owes data).", []string{"peer", "link", "cause"}),
+			"missed_probe (a probe unanswered while another link owes data), companion_down (no sign of life since the doubt began about a primary beside it, "+
+			"then found down, while a standby link stands by).", []string{"peer", "link", "cause"}),
 		LinkDuplicate: counterVec("link_redundant_packets_total", "Redundant copies sent on a link for another link in doubt.", linkLabels),
 		LinkCapacity:  gaugeVec("link_capacity_bits_per_second", "Estimated capacity of a link towards the peer: its delivery rate while queueing, Kalman-filtered (0 until measured or configured).", linkLabels),
 		LinkMTU: gaugeVec("link_mtu_bytes", "Largest inner packet a link takes (its MTU less the tunnel's outer headers, at most the CPE's tunnel MTU), "+

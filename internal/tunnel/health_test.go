@@ -621,3 +621,63 @@ func TestSilenceOfTheWholeBondSuspectsNoLink(t *testing.T) {
 			b.isSuspect(), a.isUp(), a.isSuspect())
 	}
 }
+
+// Primaries die together: once one is found down, each other primary that has shown no
+// sign of life since the doubt about it began is in doubt at once (its traffic copied
+// to the standby link), until it shows one. A companion that answered meanwhile is
+// left alone, and so is every companion without a standby link to take the copies.
+func TestAPrimaryFoundDownPutsTheSilentOthersInDoubt(t *testing.T) {
+	const ms = time.Millisecond
+	// The cable falls silent at t0: suspect at 400 ms, down at 700 (ticks every 100 ms,
+	// suspicion after 300 ms, down after twice that). The ADSL line, its RTT 250 ms
+	// (suspect itself only after 750 ms of silence), last answers at dslLast; with
+	// answersAfter it answers again before the tick after the cable's down.
+	run := func(withBackup bool, dslLast time.Duration, answersAfter bool) (atDown, nextTick bool, companion float64) {
+		classes := []sched.Class{sched.ClassPrimary, sched.ClassPrimary}
+		if withBackup {
+			classes = append(classes, sched.ClassBackup)
+		}
+		s, _, links := standbyTest(classes...)
+		dsl, cable := links[0], links[1]
+		t0 := time.Unix(1000, 0)
+		cable.onReply(t0, 10*ms)
+		dsl.onReply(t0, 250*ms)
+		tick := func(at time.Duration) {
+			now := t0.Add(at)
+			if withBackup {
+				links[2].onReply(now.Add(-ms), 10*ms)
+			}
+			if at-ms <= dslLast || (answersAfter && at > 700*ms) {
+				dsl.onReply(now.Add(-ms), 250*ms)
+			}
+			all := s.allLinks()
+			s.markSilentPeers(all, now)
+			for _, l := range all {
+				s.checkLinkHealth(l, now)
+			}
+		}
+		for at := 100 * ms; at <= 700*ms; at += 100 * ms {
+			tick(at)
+			if down := !cable.isUp(); down != (at == 700*ms) {
+				t.Fatalf("setup: the cable silent for %v: down %v", at, down)
+			}
+		}
+		atDown = dsl.isSuspect()
+		tick(800 * ms)
+		return atDown, dsl.isSuspect(), gauge(dsl.m.suspicions[causeCompanionDown])
+	}
+	if doubt, still, n := run(true, 200*ms, false); !doubt || !still || n != 1 {
+		t.Errorf("ADSL silent since before the cable's doubt: suspect at the cable's down %v, a tick later %v (want both), companion_down suspicions %v (want 1)",
+			doubt, still, n)
+	}
+	if doubt, still, _ := run(true, 200*ms, true); !doubt || still {
+		t.Errorf("ADSL silent since before the cable's doubt, answering after its down: suspect at the down %v (want true), after its answer %v (want false)",
+			doubt, still)
+	}
+	if doubt, _, n := run(true, 500*ms, false); doubt || n != 0 {
+		t.Errorf("ADSL answered after the cable's doubt began: suspect %v with %v companion_down suspicions, want left alone", doubt, n)
+	}
+	if doubt, _, n := run(false, 200*ms, false); doubt || n != 0 {
+		t.Errorf("no standby link: the ADSL line suspect %v with %v companion_down suspicions, want left alone", doubt, n)
+	}
+}

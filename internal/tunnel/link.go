@@ -539,8 +539,11 @@ func (l *link) doubtNow(now time.Time, suspectAfter, downAfter time.Duration) (h
 // has passed (about the report period the owing report showed without its data); or
 // the peer copies what it sends, and a third of the suspicion time and the margin have
 // passed (a busy link's silence before its next report); or another link owes data and
-// this one missed the answer to a probe. Never when every other link is silent too: the
-// peer or the path stalled then, not a link. Caller holds mu.
+// this one missed the answer to a probe; or a primary that carried traffic beside it
+// was found down, and it has shown no sign of life since the doubt about that one began
+// (Session.doubtCompanions).
+// Never when every other link is silent too: the peer or the path stalled then, not a
+// link. Caller holds mu.
 func (l *link) doubtAround(now time.Time, silent, suspectAfter time.Duration) (bool, healthCause) {
 	long := silent > suspectAfter/3+quietMargin
 	switch {
@@ -552,8 +555,21 @@ func (l *link) doubtAround(now time.Time, silent, suspectAfter time.Duration) (b
 		return true, causePeerCopies
 	case l.quiet.othersOwe && l.missedProbeLocked(now):
 		return true, causeMissedInDoubt
+	case l.quiet.companionDown.After(l.lastSignLocked()):
+		return true, causeCompanionDown
 	}
 	return false, 0
+}
+
+// doubtBegan is when the doubt about the link, now found down, began: when it went
+// suspect, if that was after its last sign of life; else now (it went down from up).
+func (l *link) doubtBegan(now time.Time) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.suspectedAt.After(l.lastSignLocked()) {
+		return l.suspectedAt
+	}
+	return now
 }
 
 // missedProbeLocked reports whether a probe sent since the link's last sign has gone
@@ -613,12 +629,13 @@ const (
 	causeOwedAndSilence                       // silence while data sent an RTT before has not arrived
 	causePeerCopies                           // silence while the peer copies what it sends
 	causeMissedInDoubt                        // a probe unanswered while another link owes data
+	causeCompanionDown                        // no sign of life since the doubt about a primary beside it, found down, began
 	numCauses
 )
 
 // label names the cause in aggd_link_suspicions_total.
 func (c healthCause) label() string {
-	return [...]string{"silence", "reports", "reports_and_silence", "owed", "peer_copies", "missed_probe"}[c]
+	return [...]string{"silence", "reports", "reports_and_silence", "owed", "peer_copies", "missed_probe", "companion_down"}[c]
 }
 
 // SuspicionCauses lists the values of aggd_link_suspicions_total's cause label (the
@@ -639,6 +656,7 @@ func (c healthCause) String() string {
 		"no sign of life, and the peer's reports show data sent on it an RTT before has not arrived",
 		"no sign of life, and the peer copies what it sends: it has a link in doubt",
 		"a probe went unanswered while another link owes data",
+		"a primary beside it was found down, and it has shown no sign of life since the doubt about that one began",
 	}[c]
 }
 

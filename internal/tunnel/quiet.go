@@ -117,6 +117,11 @@ type quietWatch struct {
 	// peerCopies: the peer copies what it sends, so it has a link in doubt (set by the
 	// session each tick); this one is then in doubt after a shorter silence.
 	peerCopies bool
+	// companionDown: when the doubt began about another primary that carried traffic
+	// beside this one and was then found down while a standby link stood by
+	// (Session.doubtCompanions). While this link has shown no sign of life since, it is
+	// in doubt too (link.doubtAround).
+	companionDown time.Time
 	// writtenOff, while writeOff: the last link sequence number sent before the link
 	// came back from down (returning). What was in flight when it went down never
 	// arrives (the peer was sent a loss notice for it, or copies), so a report counts
