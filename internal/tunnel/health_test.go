@@ -681,3 +681,50 @@ func TestAPrimaryFoundDownPutsTheSilentOthersInDoubt(t *testing.T) {
 		t.Errorf("no standby link: the ADSL line suspect %v with %v companion_down suspicions, want left alone", doubt, n)
 	}
 }
+
+// With the kernel fast path, the schedule that takes the dead primary out is the one
+// that puts its silent companion in doubt: no schedule in between has the kernel send
+// the companion's packets uncopied.
+func TestTheKernelLearnsOfACompanionsDoubtWithTheDown(t *testing.T) {
+	const ms = time.Millisecond
+	fp := &fakeFastPath{}
+	cfg := testSession()
+	cfg.Probe, cfg.StandbyProbe, cfg.FastPath = 100*ms, time.Second, fp
+	s := newSession(cfg, metrics.New(), discard, 1, func([]byte) {})
+	send := func(*link, []byte) error { return nil }
+	dsl := s.addLink(LinkSpec{ID: 0, Name: "dsl"}, send)
+	cable := s.addLink(LinkSpec{ID: 1, Name: "cable"}, send)
+	lte := s.addLink(LinkSpec{ID: 2, Name: "lte", Class: sched.ClassBackup}, send)
+	s.installKeys(&keyGen{id: 1, created: time.Now()}, true)
+	t0 := time.Unix(1000, 0)
+	cable.onReply(t0, 10*ms)
+	dsl.onReply(t0, 250*ms)
+	for at := 100 * ms; at <= 700*ms; at += 100 * ms {
+		now := t0.Add(at)
+		lte.onReply(now.Add(-ms), 10*ms)
+		if at <= 200*ms {
+			dsl.onReply(now.Add(-ms), 250*ms)
+		}
+		all := s.allLinks()
+		s.markSilentPeers(all, now)
+		for _, l := range all {
+			s.checkLinkHealth(l, now)
+		}
+	}
+	if cable.isUp() || !dsl.isSuspect() {
+		t.Fatalf("setup: cable up %v (want down), dsl suspect %v (want true)", cable.isUp(), dsl.isSuspect())
+	}
+	var without int
+	for i, st := range fp.session.programs {
+		if st.Links[1].Usable {
+			continue
+		}
+		without++
+		if !st.Links[0].Suspect {
+			t.Errorf("schedule %d takes the cable out with the silent ADSL line not in doubt: its packets go uncopied", i)
+		}
+	}
+	if without == 0 {
+		t.Fatal("setup: no schedule took the cable out")
+	}
+}

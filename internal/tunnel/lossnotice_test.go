@@ -490,9 +490,10 @@ type fakeSessionPath struct {
 	handover   bool
 	handoverAt uint32
 	// offered: the last Idle call offered the kernel the ordering (empty true);
-	// programmed: the last Program call's state.
+	// programmed: the last Program call's state; programs: every one's, in order.
 	offered    bool
 	programmed *TxState
+	programs   []TxState
 	// noReceive: the interface index the kernel's receive program is not on (0: none).
 	noReceive int
 	// sentSince: what the kernel sent on each link since the last TxDelta.
@@ -519,7 +520,10 @@ func (f *fakeSessionPath) TakeSeq() uint32          { f.next++; return f.next - 
 func (f *fakeSessionPath) TakeLinkSeq(uint8) uint32 { f.linkNext++; return f.linkNext - 1 }
 func (f *fakeSessionPath) PeekSeq() uint32          { return f.next }
 func (f *fakeSessionPath) PeekLinkSeq(uint8) uint32 { return f.linkNext }
-func (f *fakeSessionPath) Program(st TxState)       { f.programmed = &st }
+func (f *fakeSessionPath) Program(st TxState) {
+	f.programmed = &st
+	f.programs = append(f.programs, st)
+}
 func (f *fakeSessionPath) OnData(uint8, uint32, time.Time) (bool, uint32, bool) {
 	restart := f.handover
 	f.pending, f.handover = false, false
