@@ -541,9 +541,8 @@ func (l *link) doubtNow(now time.Time, suspectAfter, downAfter time.Duration) (h
 // passed (a busy link's silence before its next report); or another link owes data and
 // this one missed the answer to a probe; or a primary that carried traffic beside it
 // was found down, and it has shown no sign of life since the doubt about that one began
-// (Session.doubtCompanions).
-// Never when every other link is silent too: the peer or the path stalled then, not a
-// link. Caller holds mu.
+// (Session.doubtCompanions). Never when every other link is silent too: the peer or the
+// path stalled then, not a link. Caller holds mu.
 func (l *link) doubtAround(now time.Time, silent, suspectAfter time.Duration) (bool, healthCause) {
 	long := silent > suspectAfter/3+quietMargin
 	switch {

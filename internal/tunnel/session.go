@@ -1184,10 +1184,10 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 // doubtCompanions puts in doubt, at once, each primary that carried traffic beside the
 // primary down, a link just found down for its silence, and has shown no sign of life
 // since the doubt about it began, if a standby link stands by to take the copies; each
-// stays in doubt until it shows one (link.doubtAround). Primaries die together (one power cut, one street cabinet), and
-// once the first is down its doubt no longer makes the bond copy to the standby link
-// (failoverUnderWay, sched.StandbyCopy): a slow companion, dead as well but not yet
-// found so, then took every packet without a copy. In the lab's standby scenario with
+// stays in doubt until it shows one (link.doubtAround). Primaries die together (one
+// power cut, one street cabinet), and once the first is down its doubt no longer makes
+// the bond copy to the standby link (failoverUnderWay, sched.StandbyCopy): a slow
+// companion, dead as well but not yet found so, then took every packet without a copy. In the lab's standby scenario with
 // the fast path the cable was found down 62 ms after its doubt began, and the ADSL
 // line, whose 0.2 Mbit/s upstream gives little to owe and answers probes late behind
 // its queue, took the upload's packets alone for the 200 ms until it was found down
