@@ -528,7 +528,8 @@ func (s *Session) refreshSchedule() {
 	if s.aqm != nil {
 		target := int64(aqmTarget(s.cfg.AQMTarget, s.cfg.AQMMaxTarget, params))
 		s.aqm.SetTarget(target)
-		s.aqm.SetReaction(int64(aqmReaction(s.cfg.Probe, params, rtts)))
+		reaction := aqmReaction(s.cfg.Probe, params, rtts)
+		s.aqm.SetReaction(int64(reaction))
 		held := failoverUnderWay(params)
 		switch {
 		case held:
@@ -536,7 +537,7 @@ func (s *Session) refreshSchedule() {
 		case s.aqmHeld:
 			// The doubt is resolved: the measure now comes from the links left.
 			s.aqm.Settle(now)
-			s.log.Debug("aqm settles: the doubt is resolved", "first_drop_after", aqmReaction(s.cfg.Probe, params, rtts))
+			s.log.Debug("aqm settles: the doubt is resolved", "first_drop_after", reaction)
 		}
 		s.aqmHeld = held
 		if s.fp != nil {
@@ -1123,10 +1124,16 @@ func (s *Session) onPeerCopies(now time.Time) {
 	links := s.allLinks()
 	markDoubt(links, true)
 	for _, l := range links {
-		if cause, ok := l.doubtNow(now, 3*l.probeUnit(s.cfg.Probe), s.cfg.DownAfter); ok {
-			s.announceSuspect(l, cause)
-			s.schedDue.Store(true)
-		}
+		s.doubtAtOnce(l, now)
+	}
+}
+
+// doubtAtOnce makes l suspect now, between ticks, if it is in doubt (link.doubtNow),
+// and acts on it as the tick would.
+func (s *Session) doubtAtOnce(l *link, now time.Time) {
+	if cause, ok := l.doubtNow(now, 3*l.probeUnit(s.cfg.Probe), s.cfg.DownAfter); ok {
+		s.announceSuspect(l, cause)
+		s.schedDue.Store(true)
 	}
 }
 
@@ -1187,12 +1194,12 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 // stays in doubt until it shows one (link.doubtAround). Primaries die together (one
 // power cut, one street cabinet), and once the first is down its doubt no longer makes
 // the bond copy to the standby link (failoverUnderWay, sched.StandbyCopy): a slow
-// companion, dead as well but not yet found so, then took every packet without a copy. In the lab's standby scenario with
-// the fast path the cable was found down 62 ms after its doubt began, and the ADSL
-// line, whose 0.2 Mbit/s upstream gives little to owe and answers probes late behind
-// its queue, took the upload's packets alone for the 200 ms until it was found down
-// too; their rescue copies came after the headend had given the numbers up, and the
-// flow cut its window on the backup alone. A companion that is alive and busy shows it
+// companion, dead as well but not yet found so, then took every packet without a
+// copy. In the lab's standby scenario with the fast path the cable was found down
+// 62 ms after its doubt began, and the ADSL line, whose 0.2 Mbit/s upstream gives
+// little to owe and answers probes late behind its queue, took the upload's packets
+// alone for the 200 ms until it was found down too; their rescue copies came after the
+// headend had given the numbers up, and the flow cut its window on the backup alone. A companion that is alive and busy shows it
 // in the peer's reports, one a report period, so it is rarely in doubt at all, and
 // then until the next report, at the cost of that period's copies on the standby
 // link. Without a standby link nothing changes: the copies would go to the other
@@ -1218,10 +1225,7 @@ func (s *Session) doubtCompanions(down *link, now time.Time) {
 		l.mu.Lock()
 		l.quiet.companionDown = since
 		l.mu.Unlock()
-		if cause, ok := l.doubtNow(now, 3*l.probeUnit(s.cfg.Probe), s.cfg.DownAfter); ok {
-			s.announceSuspect(l, cause)
-			s.schedDue.Store(true)
-		}
+		s.doubtAtOnce(l, now)
 	}
 }
 
