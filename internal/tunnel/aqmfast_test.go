@@ -144,17 +144,18 @@ func TestAFailoverIsUnderWayWhileALinkThatCarriesTrafficIsSuspect(t *testing.T) 
 	}
 }
 
-// With the kernel fast path: a link going into doubt clears the kernel's drop schedule
-// at once (announceSuspect refreshes it), and once the doubt is resolved the queue must
-// stand above the target for an interval again before the kernel drops anything.
-func TestTheKernelsAQMScheduleHoldsWhileALinkIsInDoubt(t *testing.T) {
+// kernelAQMDropping returns a fast-path session with one link up whose AQM has the
+// kernel dropping on a 50-ms queue above a 1-ms target, and measure, which makes a new
+// measure of the same queue, 12 ms after the last, and returns the kernel's spacing:
+// measures 12 ms apart outlast the interval and, two at a time, the reaction time (a
+// 20-ms probe interval, no RTT yet).
+func kernelAQMDropping(t *testing.T) (*Session, *link, *fakeSessionPath, func() time.Duration) {
+	t.Helper()
 	s, l, sp := fastSessionWithLink()
 	s.installKeys(&keyGen{id: 1, created: time.Now()}, true)
 	l.setState(stateUp)
 	s.aqm = aqm.New(int64(time.Millisecond), int64(time.Millisecond))
 	s.bondQueue.Store(int64(50 * time.Millisecond))
-	// A new measure of the same 50-ms queue; measures 12 ms apart outlast the interval
-	// and, two at a time, the reaction time (a 20-ms probe interval, no RTT yet).
 	measure := func() time.Duration {
 		time.Sleep(12 * time.Millisecond)
 		s.bondQueueGen.Add(1)
@@ -165,6 +166,14 @@ func TestTheKernelsAQMScheduleHoldsWhileALinkIsInDoubt(t *testing.T) {
 	if gap := measure(); gap == 0 {
 		t.Fatal("setup: no drop schedule on a 50-ms queue above a 1-ms target")
 	}
+	return s, l, sp, measure
+}
+
+// With the kernel fast path: a link going into doubt clears the kernel's drop schedule
+// at once (announceSuspect refreshes it), and once the doubt is resolved the queue must
+// stand above the target for an interval again before the kernel drops anything.
+func TestTheKernelsAQMScheduleHoldsWhileALinkIsInDoubt(t *testing.T) {
+	s, l, sp, measure := kernelAQMDropping(t)
 	l.setState(stateSuspect) // as checkLinkHealth finds it, and then announces it
 	s.announceSuspect(l, causeSilence)
 	if gap := sp.programmed.AQMGap; gap != 0 {

@@ -97,6 +97,16 @@ type link struct {
 	prevAt        time.Time
 	peerPrior     float64 // rate prior the peer announced for its receive direction
 	peerAnnounced bool    // the peer has announced its prior and class (LINK_PARAMS)
+
+	// How many packets the last report showed newly arrived, whether no report has
+	// shown anything new since one that showed the link delivering steadily, and how
+	// many data packets had been sent on the link by the last report and in the period
+	// before it (fellSilent).
+	prevPackets     uint32
+	silentAfterBusy bool
+	sentByReport    uint64
+	sentInPeriod    uint64
+
 	// The estimator sample in progress: where it started (report, the peer's time in
 	// µs, txData, blockedNs), the smallest one-way delay of its reports, and how long
 	// its reports that showed nothing arriving on the link span (estimate.Sample.Idle).
@@ -674,6 +684,40 @@ func (l *link) delivering(r wire.LinkReport) bool {
 	return !l.prevAt.IsZero() && r.RxPackets != l.prevReport.RxPackets
 }
 
+// fellSilent reports whether the link, in the schedule, has shown nothing new arriving
+// since a report that showed it delivering at least steadyPackets, and is still being
+// sent packets, or the last report owed some (sent an RTT and a margin before it and
+// not arrived): a link that was carrying a good share of the traffic and, as far as
+// the reports tell, stopped (Session.publishBondQueue). A link the scheduler stopped
+// giving packets to is not silent once what it was given has arrived.
+func (l *link) fellSilent() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.silentAfterBusy && l.state.inSchedule() && (l.sentInPeriod > 0 || l.quiet.behind > 0)
+}
+
+// noteReport records what a report showed newly arrived (n packets), and what was sent
+// on the link since the last. Caller holds mu.
+func (l *link) noteReport(n uint32) {
+	switch {
+	case n > 0:
+		l.silentAfterBusy = false
+	case l.prevPackets >= steadyPackets:
+		l.silentAfterBusy = true
+	}
+	l.prevPackets = n
+	sent := l.txPkts.Load()
+	l.sentInPeriod, l.sentByReport = sent-l.sentByReport, sent
+}
+
+// steadyPackets is how many packets a link must have delivered in one report period
+// for its silence after it to make reports no measure of the bond's queue: a
+// sample's worth (estimate.MinSamplePackets), about 50 kbit in the 100-ms default
+// period. A link that carries that much delivers in every period unless it stalls; a
+// 0.2 Mbit/s ADSL upstream, one or two packets a period, may deliver none in one
+// without anything being wrong, and its queue is seldom the least.
+const steadyPackets = estimate.MinSamplePackets
+
 // setState records a state and its metrics. Caller holds mu.
 func (l *link) setState(s linkState) {
 	if s != l.state {
@@ -687,6 +731,7 @@ func (l *link) setState(s linkState) {
 	switch {
 	case s == stateDown && l.state != stateDown:
 		l.quiet.reset(l.txPkts.Load())
+		l.silentAfterBusy, l.prevPackets = false, 0
 	case s != stateDown && l.state == stateDown:
 		l.quiet.returning(l.txPkts.Load(), l.sentLinkSeq())
 	}
@@ -732,6 +777,9 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 	l.quiet.mark(now, l.txPkts.Load(), l.sentLinkSeq())
 	if l.smpStarted && r.RxPackets == l.prevReport.RxPackets {
 		l.smpIdle += now.Sub(l.prevAt)
+	}
+	if !l.prevAt.IsZero() {
+		l.noteReport(r.RxPackets - l.prevReport.RxPackets)
 	}
 	l.prevReport, l.prevAt = r, now
 	if r.OWDMinMicros != 0 { // owdMin is per report period: set only if data arrived in it

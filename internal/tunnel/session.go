@@ -134,6 +134,9 @@ type Session struct {
 	bondQueue atomic.Int64
 	// bondQueueGen counts the updates of bondQueue (the AQM acts once per measure).
 	bondQueueGen atomic.Uint64
+	// bondUnmeasured: the peer's last report was no measure of the bond's queue (a
+	// busy link fell silent in it: publishBondQueue); the AQM signals nothing until one is.
+	bondUnmeasured atomic.Bool
 	// peerCopied is when (clock.Nanos) the last authenticated copy (FlagDuplicate)
 	// arrived from the peer: it has a link in doubt (markDoubt).
 	peerCopied atomic.Int64
@@ -363,6 +366,9 @@ func (s *Session) aqmSignal(now int64) bool {
 			s.aqm.Idle()
 			return false
 		}
+		if s.bondUnmeasured.Load() {
+			return false
+		}
 		q := s.bondQueue.Load()
 		drop := s.aqm.Drop(now, q, s.bondQueueGen.Load())
 		if drop {
@@ -542,7 +548,7 @@ func (s *Session) refreshSchedule() {
 		s.aqmHeld = held
 		if s.fp != nil {
 			q := s.bondQueue.Load()
-			if !s.aqmHeld {
+			if !s.aqmHeld && !s.bondUnmeasured.Load() {
 				gap = time.Duration(s.aqm.Spacing(now, q, s.bondQueueGen.Load(), int64(s.cfg.Probe)))
 			}
 			// Logged when it changes: the kernel's drops and marks show in its

@@ -29,6 +29,8 @@ type togetherRig struct {
 	peerCopies bool
 	// backupArrives: packets each report shows newly arrived on the backup.
 	backupArrives uint32
+	// owd: the one-way delay (µs) a report gives each link in it that data arrived on.
+	owd map[*link]int32
 }
 
 func newTogetherRig(t *testing.T) *togetherRig {
@@ -87,8 +89,11 @@ func (r *togetherRig) step(sent, arrived perLink, alive ...*link) {
 		body := wire.FeedbackBody{Counter: uint64(r.now / time.Millisecond)}
 		for _, l := range r.s.allLinks() {
 			r.rx[l] += arrived.of(r, l)
-			body.Links = append(body.Links, wire.LinkReport{LinkID: l.spec.ID, RxPackets: r.rx[l],
-				RxBytes: uint64(r.rx[l]) * 1500, HighestLinkSeq: r.rx[l]})
+			rep := wire.LinkReport{LinkID: l.spec.ID, RxPackets: r.rx[l], RxBytes: uint64(r.rx[l]) * 1500, HighestLinkSeq: r.rx[l]}
+			if d, ok := r.owd[l]; ok && arrived.of(r, l) > 0 {
+				rep.OWDMinMicros, rep.OWDLastMicros = d, d
+			}
+			body.Links = append(body.Links, rep)
 		}
 		r.peer += 100000
 		r.s.onFeedback(at, r.peer, body)
