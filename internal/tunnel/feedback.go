@@ -262,8 +262,8 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 // before the cable went suspect (from when on the AQM holds: failoverUnderWay), and
 // the flow went onto the LTE backup with its window cut (BENCHMARKS.md, "A busy link's
 // silence is no measure of the bond's queue"). Until the silent link delivers again,
-// is found down, or is neither sent anything nor owes anything, the AQM signals
-// nothing (bondUnmeasured), in either datapath, and keeps its state.
+// is found down, or owes nothing, the AQM signals nothing (bondUnmeasured), in either
+// datapath, and keeps its state.
 func (s *Session) publishBondQueue(least time.Duration, links []*link) {
 	for _, l := range links {
 		if l != nil && l.fellSilent() {

@@ -98,14 +98,10 @@ type link struct {
 	peerPrior     float64 // rate prior the peer announced for its receive direction
 	peerAnnounced bool    // the peer has announced its prior and class (LINK_PARAMS)
 
-	// How many packets the last report showed newly arrived, whether no report has
-	// shown anything new since one that showed the link delivering steadily, and how
-	// many data packets had been sent on the link by the last report and in the period
-	// before it (fellSilent).
+	// How many packets the last report showed newly arrived, and whether no report has
+	// shown anything new since one that showed the link delivering steadily (fellSilent).
 	prevPackets     uint32
 	silentAfterBusy bool
-	sentByReport    uint64
-	sentInPeriod    uint64
 
 	// The estimator sample in progress: where it started (report, the peer's time in
 	// µs, txData, blockedNs), the smallest one-way delay of its reports, and how long
@@ -685,19 +681,19 @@ func (l *link) delivering(r wire.LinkReport) bool {
 }
 
 // fellSilent reports whether the link, in the schedule, has shown nothing new arriving
-// since a report that showed it delivering at least steadyPackets, and is still being
-// sent packets, or the last report owed some (sent an RTT and a margin before it and
-// not arrived): a link that was carrying a good share of the traffic and, as far as
-// the reports tell, stopped (Session.publishBondQueue). A link the scheduler stopped
-// giving packets to is not silent once what it was given has arrived.
+// since a report that showed it delivering at least steadyPackets, and the last report
+// owed packets on it (sent an RTT and a margin before it, and not arrived): a link
+// that was carrying a good share of the traffic and, as far as the reports tell,
+// stopped (Session.publishBondQueue). Packets sent within the RTT are not owed yet,
+// so a pause in a sparse stream (a download's ACKs) is no silence, nor is a link the
+// scheduler stopped giving packets to once what it was given has arrived.
 func (l *link) fellSilent() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.silentAfterBusy && l.state.inSchedule() && (l.sentInPeriod > 0 || l.quiet.behind > 0)
+	return l.silentAfterBusy && l.state.inSchedule() && l.quiet.behind > 0
 }
 
-// noteReport records what a report showed newly arrived (n packets), and what was sent
-// on the link since the last. Caller holds mu.
+// noteReport records how many packets a report showed newly arrived. Caller holds mu.
 func (l *link) noteReport(n uint32) {
 	switch {
 	case n > 0:
@@ -706,8 +702,6 @@ func (l *link) noteReport(n uint32) {
 		l.silentAfterBusy = true
 	}
 	l.prevPackets = n
-	sent := l.txPkts.Load()
-	l.sentInPeriod, l.sentByReport = sent-l.sentByReport, sent
 }
 
 // steadyPackets is how many packets a link must have delivered in one report period
