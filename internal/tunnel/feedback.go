@@ -252,9 +252,9 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 // publishBondQueue makes least the bond's standing queue, the measure the AQM acts on
 // (once per measure: bondQueueGen), unless one of the report's links fell silent: it
 // was delivering steadily and the reports since show nothing new on it
-// (link.fellSilent). Then the
-// report is no measure: the least queue was taken over the links that did deliver,
-// and the silent one, which may have been the least queued, was left out. When a busy
+// (link.fellSilent). Then the report is no measure: the least queue was taken over
+// the links that did deliver, and the silent one, which may have been the least
+// queued, was left out. When a busy
 // link dies, the reports after the death show its companions alone, and a slow
 // companion's queue is long by nature (a 0.2 Mbit/s ADSL upstream takes 60 ms to pass
 // one full-size packet). In the lab's standby scenario the CPE's AQM dropped a packet
