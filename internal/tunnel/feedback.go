@@ -254,16 +254,15 @@ func (s *Session) onFeedback(now time.Time, peerTime uint32, body wire.FeedbackB
 // was delivering steadily and the reports since show nothing new on it
 // (link.fellSilent). Then the report is no measure: the least queue was taken over
 // the links that did deliver, and the silent one, which may have been the least
-// queued, was left out. When a busy
-// link dies, the reports after the death show its companions alone, and a slow
-// companion's queue is long by nature (a 0.2 Mbit/s ADSL upstream takes 60 ms to pass
-// one full-size packet). In the lab's standby scenario the CPE's AQM dropped a packet
-// of the upload on the ADSL line's 37-ms queue 220 ms after the cable died, 10 ms
-// before the cable went suspect (from when on the AQM holds: failoverUnderWay), and
-// the flow went onto the LTE backup with its window cut (BENCHMARKS.md, "A busy link's
-// silence is no measure of the bond's queue"). Until the silent link delivers again,
-// is found down, or owes nothing, the AQM signals nothing (bondUnmeasured), in either
-// datapath, and keeps its state.
+// queued, was left out. When a busy link dies, the reports after the death show its
+// companions alone, and a slow companion's queue is long by nature (a 0.2 Mbit/s ADSL
+// upstream takes 60 ms to pass one full-size packet). In the lab's standby scenario
+// the CPE's AQM dropped a packet of the upload on the ADSL line's 37-ms queue 220 ms
+// after the cable died, 10 ms before the cable went suspect (from when on the AQM
+// holds: failoverUnderWay), and the flow went onto the LTE backup with its window cut
+// (BENCHMARKS.md, "A busy link's silence is no measure of the bond's queue"). Until
+// the silent link delivers again, is found down, or owes nothing, the AQM signals
+// nothing (bondUnmeasured), in either datapath, and keeps its state.
 func (s *Session) publishBondQueue(least time.Duration, links []*link) {
 	for _, l := range links {
 		if l != nil && l.fellSilent() {

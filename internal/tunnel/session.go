@@ -1205,13 +1205,13 @@ func (s *Session) checkLinkHealth(l *link, now time.Time) {
 // 62 ms after its doubt began, and the ADSL line, whose 0.2 Mbit/s upstream gives
 // little to owe and answers probes late behind its queue, took the upload's packets
 // alone for the 200 ms until it was found down too; their rescue copies came after the
-// headend had given the numbers up, and the flow cut its window on the backup alone. A companion that is alive and busy shows it
-// in the peer's reports, one a report period, so it is rarely in doubt at all, and
-// then until the next report, at the cost of that period's copies on the standby
-// link. Without a standby link nothing changes: the copies would go to the other
-// primaries, halving what they carry while they recover, and a link's death is far
-// more often its own. Nor after a carrier loss (setLinkOffline): a local event of that
-// interface, not a silence.
+// headend had given the numbers up, and the flow cut its window on the backup alone. A
+// companion that is alive and busy shows it in the peer's reports, one a report period,
+// so it is rarely in doubt at all, and then until the next report, at the cost of that
+// period's copies on the standby link. Without a standby link nothing changes: the
+// copies would go to the other primaries, halving what they carry while they recover,
+// and a link's death is far more often its own. Nor after a carrier loss
+// (setLinkOffline): a local event of that interface, not a silence.
 func (s *Session) doubtCompanions(down *link, now time.Time) {
 	if down.isStandby() {
 		return
