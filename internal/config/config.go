@@ -69,10 +69,10 @@ type Reorder struct {
 	MaxHold time.Duration `yaml:"max_hold"`
 	// MaxBuffer caps the memory held for out-of-order packets per session.
 	MaxBuffer Size `yaml:"max_buffer"`
-	// LossRepair asks the peer to send again what a link lost at random, and holds the
-	// gap for about one RTT of the best link until it comes (userspace datapath). Off
-	// by default: it trades latency under load for throughput, which suits a lossy
-	// line (BENCHMARKS.md, "Loss repair").
+	// LossRepair asks the peer to send again what a link lost at random, and delivers
+	// it late, out of order, when it comes: TCP then undoes its reaction to the loss
+	// (userspace datapath; BENCHMARKS.md, "Loss repair without the wait"). On by
+	// default.
 	LossRepair bool `yaml:"loss_repair"`
 }
 
@@ -181,7 +181,9 @@ func defaultAQM() AQM {
 	return AQM{Target: defaultAQMTarget, MaxTarget: defaultAQMMaxTarget, ECN: true}
 }
 
-func defaultReorder() Reorder { return Reorder{MaxHold: defaultMaxHold, MaxBuffer: defaultMaxBuffer} }
+func defaultReorder() Reorder {
+	return Reorder{MaxHold: defaultMaxHold, MaxBuffer: defaultMaxBuffer, LossRepair: true}
+}
 func defaultProbe() Probe {
 	return Probe{Interval: defaultProbeInterval, DownAfter: defaultDownAfter, StandbyInterval: defaultStandbyProbeInterval}
 }

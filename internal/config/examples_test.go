@@ -106,7 +106,7 @@ func TestDefaultsApplied(t *testing.T) {
 		t.Errorf("got  %+v\nwant %+v", cfg, want)
 	}
 	// Spot-check the documented values, so a changed default is a visible decision.
-	if cfg.Reorder.MaxHold != 200*time.Millisecond || cfg.Reorder.MaxBuffer != 4<<20 || cfg.Reorder.LossRepair ||
+	if cfg.Reorder.MaxHold != 200*time.Millisecond || cfg.Reorder.MaxBuffer != 4<<20 || !cfg.Reorder.LossRepair ||
 		cfg.Probe.Interval != 100*time.Millisecond || cfg.Probe.DownAfter != 600*time.Millisecond ||
 		cfg.RekeyInterval != 120*time.Second || cfg.Tunnel.Interface != "agg0" ||
 		cfg.Tunnel.RouteMetric != 10 || !cfg.Tunnel.NAT || len(cfg.Tunnel.Routes) != 2 ||

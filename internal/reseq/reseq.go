@@ -9,9 +9,7 @@
 //   - FIFO evidence: every link is FIFO, so once every link of the session has shown
 //     a sequence number beyond the gap (in a data packet or a probe's watermark), the
 //     missing packet either arrived or is lost, wherever it was sent: skip it now,
-//     without waiting for a timer (unless the receiver asked the sender to send a
-//     link's lost packets again: AwaitRepair holds that link's evidence back until the
-//     repair can have come);
+//     without waiting for a timer;
 //   - a loss notice (Skip) from the sender says it will never come;
 //   - the hold timer: when the oldest held packet has waited the hold time (adaptive,
 //     set by the caller from the links' delay spread, capped by Config.MaxHold), the
@@ -86,8 +84,7 @@ type Stats struct {
 	NoticeSkips   uint64 // the sender said they will never come
 	OverflowSkips uint64 // the buffer was full
 
-	RepairWaits uint64 // AwaitRepair calls: gaps whose evidence waited for a repair
-	Stretches   uint64 // late packets after a timeout that lengthened the hold (stretch.go)
+	Stretches uint64 // late packets after a timeout that lengthened the hold (stretch.go)
 
 	HeldPackets int
 	HeldBytes   int
@@ -168,27 +165,12 @@ func (r *Resequencer) SetHold(ns int64) { r.hold = min(max(ns, 0), r.maxHold) }
 func (r *Resequencer) Hold() int64 { return r.stretch.apply(r.hold, r.maxHold, r.now) }
 
 // NextDeadline returns when Expire next has work to do, if anything is held: the hold
-// timer's deadline, or the end of a link's wait for a repair if that comes first.
+// timer's deadline.
 func (r *Resequencer) NextDeadline() (int64, bool) {
 	if r.ring.head == none {
 		return 0, false
 	}
-	d := r.ring.slots[r.ring.head].arrival + r.Hold()
-	if thaw, ok := r.ev.nextThaw(); ok {
-		d = min(d, thaw)
-	}
-	return d, true
-}
-
-// AwaitRepair tells the resequencer that the receiver asked the sender to send again
-// packets that link lost (the link's sequence numbers showed a gap just now): until
-// the time until, the link's FIFO evidence stays where it was before the gap, so that
-// the lost packet's number is not given up before its repair can come. Call it before
-// pushing the packet that showed the gap. The hold timer still runs; the caller keeps
-// the hold time at least as long as the wait.
-func (r *Resequencer) AwaitRepair(link uint8, until int64) {
-	r.ev.freeze(link, until)
-	r.stats.RepairWaits++
+	return r.ring.slots[r.ring.head].arrival + r.Hold(), true
 }
 
 // Skipped returns which of the 64 numbers below the next expected one were given up
@@ -338,7 +320,6 @@ func (r *Resequencer) store(seq uint32, pkt []byte, deliver func([]byte)) {
 // loss markers in order, and gaps the links' FIFO evidence has passed.
 func (r *Resequencer) release(deliver func([]byte)) {
 	r.drain(deliver)
-	r.ev.thaw(r.now, r.next)
 	floor := r.ev.floor(r.next)
 	for int32(floor-r.next) > 0 {
 		r.skipOne(byEvidence) // the slot at next is empty after drain

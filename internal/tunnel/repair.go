@@ -3,23 +3,31 @@ package tunnel
 // Loss repair (docs/architecture.md §3, NACK). A packet a link loses at random (LTE's
 // radio, a noisy DSL line) is a loss for the flow it belonged to: the resequencer gives
 // its number up as soon as the link's next packet shows the gap (FIFO evidence), and
-// TCP halves its window. On three links with 1 % random loss (the lab's lossy
-// scenario) one CUBIC flow got 0.59–0.77 of the links' sum; with loss repair,
-// 0.84–0.88, for 25–30 ms more latency under load: the flow fills the queues the AQM
-// allows, and each repair holds what follows it for an RTT. That trade suits a lossy
-// line, not every bond, so reorder.loss_repair is off by default (BENCHMARKS.md).
+// TCP cuts its window. On three links with 1 % random loss (the lab's lossy scenario)
+// one CUBIC flow got 0.59–0.77 of the links' sum.
 //
 // So the receiver asks for the packet again. The link sequence numbers show which
-// packets a link lost the moment its next packet arrives; the receiver sends the
-// sender a REPAIR_REQUEST naming them, on its best link, and holds the link's evidence
-// back for the repair time (AwaitRepair), about one RTT of the best link. The sender
-// finds the packets in its sent log and its kept packets (rescue.go) and sends each
-// again under its own global sequence number, flagged as a copy, on its best link: it
-// fills the hole, and TCP sees a delay of about one RTT instead of a loss. Packets the
+// packets a link lost the moment its next packet (or probe) arrives; the receiver sends
+// the sender a REPAIR_REQUEST naming them, on its best link. The sender finds the
+// packets in its sent log and its kept packets (rescue.go) and sends each again under
+// its own global sequence number, flagged as a copy, on its best link. Packets the
 // kernel fast path sent come from its log and its ring of kept packets (rescue.go).
 // What the sender can no longer send (no longer kept, or too long for the kernel to
-// keep) it names in a LOSS_NOTICE, so that the receiver gives it up at once instead of
-// at the end of its wait.
+// keep) it names in a LOSS_NOTICE.
+//
+// The receiver does not wait for the repair: it gives the number up as before, so what
+// follows the hole is delivered at once, and the repair, about an RTT later, is
+// delivered out of order as a late copy (reseq.PushCopy). The flow sees reordering, not
+// a loss: its TCP receiver acknowledges what follows the hole with SACKs, so the
+// sender's ACK clock keeps running, and when the repair fills the hole the sender finds
+// its retransmission spurious (the ACK echoes the original's timestamp, or a D-SACK
+// comes for the retransmission) and undoes its window reduction (Linux:
+// tcp_try_undo_recovery). Until 2026-12-07 the receiver held the link's evidence back
+// for the repair time instead, so that the repair filled the hole in order; that held
+// the flow's ACKs for an RTT per loss, which a flow whose window was below the link's
+// bandwidth-delay product could not make up (the standby scenario's upload on LTE
+// alone), and added 25–30 ms of latency under load on lossy lines (BENCHMARKS.md,
+// "Loss repair without the wait").
 //
 // Only losses that look random are repaired, not a full queue's drops. A link whose
 // queue overflows was given more than it carries (a burst, or a rate estimate ahead of
@@ -43,8 +51,8 @@ import (
 
 // maxRepairGap is the longest run of packets a link may lose at once for the receiver
 // to ask for them: random loss takes one or two; a longer run is a link dying or a
-// burst, which rescue and the loss notice deal with, and a request for it would only
-// hold everything behind it for the repair time.
+// burst, which rescue and the loss notice deal with, and repairs for it would only
+// come late, load the link, and hide what may be congestion.
 const maxRepairGap = 8
 
 // repairMargin is added to the best link's RTT to make the repair time: the request's
@@ -116,6 +124,20 @@ const (
 	repairBurst    = 8
 )
 
+// askRepairs sets whether the receiver asks for the link's losses. A link it asks for
+// starts with a full budget: a standby link that has carried nothing when the primaries
+// die would otherwise have none for the random losses of its first seconds alone, when
+// the flow's window grows (in a standby lab run LTE lost a packet 0.4 s after the
+// outage, with the budget still empty, and the upload's recovery took 1.44 s).
+func (a *rxAccount) askRepairs(on bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.repairs = on
+	if on {
+		a.repairBudget = repairBurst * 100
+	}
+}
+
 // earnRepair adds one delivered packet's share to the link's repair budget (kept in
 // hundredths of a packet, so that it adds up exactly). Caller holds a.mu.
 func (a *rxAccount) earnRepair() {
@@ -133,10 +155,11 @@ func (a *rxAccount) spendRepair(n uint32) bool {
 	return true
 }
 
-// repairTime is how long the receiver waits for a repair: the smoothed RTT of the link
-// with the lowest one (the request and the repair go on the best links) plus a quarter
-// of it and repairMargin, at most the hold cap. Zero when no link has an RTT yet (no
-// request is sent then).
+// repairTime is how long after a request the receiver expects its repair: the smoothed
+// RTT of the link with the lowest one (the request and the repair go on the best links)
+// plus a quarter of it and repairMargin, at most the hold cap. Copies that come within
+// it are taken for repairs, not for the peer doubting a link (awaitingRepair). Zero
+// when no link has an RTT yet (no request is sent then).
 func repairTime(links []*link, maxHold time.Duration) time.Duration {
 	best := time.Duration(0)
 	for _, l := range links {
@@ -154,21 +177,33 @@ func repairTime(links []*link, maxHold time.Duration) time.Duration {
 // on, and no kernel fast path hides the link sequence gaps.
 func (s *Session) asksRepairs() bool { return s.cfg.LossRepair && s.fp == nil }
 
-// awaitRepair is called for a data packet that showed lost packets on its link (gap):
-// if they are to be repaired, it holds the link's evidence back for the repair time and
-// reports that the caller should send a request (requestRepair) once it has pushed the
-// packet. Caller holds rxMu.
-func (s *Session) awaitRepair(l *link, gap rxGap, nanos int64) bool {
-	wait := s.repairWait.Load()
-	if !l.rx.repairs || wait == 0 {
+// wantsRepair is called for a data packet or probe that showed lost packets on its
+// link (gap), and reports whether the caller should ask for them (requestRepair) once
+// it has pushed the packet: a run short enough, not a full queue's drop, and within the
+// link's repair budget, on a link that is up. The resequencer is not told: it gives the
+// numbers up as it would without repair, and the repairs come as late copies.
+//
+// A link that is not up shows no random loss: the first packet of a link coming back
+// shows what it had in flight when it went down, which its sender copied or named
+// lost long ago (in a standby lab run the CPE asked for the DSL line's four such
+// packets 10 s after the outage).
+//
+// Nor is a loss repaired on a link that has not queued lately (its recent peak under
+// minTailQueue): a flow starting up, whose slow start the bond's AQM, with no standing
+// queue measured yet, cannot end in time. A random loss is then the flow's first
+// signal, and a repair, which TCP undoes its reaction to, kept it doubling: in a SOHO
+// lab run an upload's LTE loss 0.16 s into the flow (no queue yet, a peak of 4 ms) was
+// repaired, and 0.37 s later the cable's and LTE's buffers overflowed, 112 packets
+// lost. A flow that has run for a while has queued on its links (LTE's first losses
+// after the standby scenario's failover came at recent peaks of 27–62 ms).
+func (s *Session) wantsRepair(l *link, gap rxGap) bool {
+	if !l.rx.repairs || s.repairWait.Load() == 0 || !l.isUp() {
 		return false
 	}
-	repair := gap.lost <= maxRepairGap && !gap.tailDrop(s.queueCeiling()) && l.rx.spendRepair(gap.lost)
+	repair := gap.lost <= maxRepairGap && gap.peak >= minTailQueue && !gap.tailDrop(s.queueCeiling()) &&
+		l.rx.spendRepair(gap.lost)
 	l.logger().Debug("packets lost", "count", gap.lost, "queued_ms", float64(gap.queued)/1e3,
 		"queue_peak_ms", float64(gap.peak)/1e3, "repair", repair)
-	if repair {
-		s.reseq.AwaitRepair(l.spec.ID, nanos+wait)
-	}
 	return repair
 }
 

@@ -51,8 +51,8 @@ type SessionConfig struct {
 	// PeerMTU, when set, is told the largest inner packet all the peer's links take
 	// (the smallest MTU its LINK_PARAMS announce) whenever that changes.
 	PeerMTU func(peer string, mtu int)
-	// LossRepair: ask the peer to send again what a link lost, and wait for it
-	// (repair.go).
+	// LossRepair: ask the peer to send again what a link lost at random, and deliver
+	// it late (repair.go).
 	LossRepair bool
 }
 
@@ -117,7 +117,7 @@ type Session struct {
 	// backupReturn keeps backup links as overflow links for a while after the
 	// primaries are back (backupreturn.go). Guarded by txMu.
 	backupReturn backupReturn
-	// repairWait is how long (ns) the receiver waits for a repair it asked for
+	// repairWait is how long (ns) after a request the receiver expects its repair
 	// (repair.go; 0: it asks for none), set each tick.
 	repairWait atomic.Int64
 	// repairAsked is when (clock.Nanos) the receiver last asked for a repair.
@@ -258,7 +258,7 @@ func (s *Session) addLink(spec LinkSpec, send func(self *link, pkt []byte) error
 		l.m.suspicions[c] = s.m.LinkSuspicions.WithLabelValues(s.cfg.Peer, spec.Name, c.label())
 	}
 	l.logged.Store(s.log.With("link", spec.Name))
-	l.rx.repairs = s.asksRepairs()
+	l.rx.askRepairs(s.asksRepairs())
 	if s.fp != nil {
 		l.peekLinkSeq = func() uint32 { return s.fp.PeekLinkSeq(spec.ID) }
 	}
@@ -822,13 +822,13 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 		if gap.lost > 0 {
 			l.m.lost.Add(float64(gap.lost))
 		}
+		if gap.lost > 0 && s.wantsRepair(l, gap) {
+			defer s.requestRepair(l, h.LinkSeq, gap.lost) // at return, after rxMu: it sends
+		}
 		s.rxMu.Lock()
 		if counted {
 			s.rxInFlight--
 			counted = false
-		}
-		if gap.lost > 0 && s.awaitRepair(l, gap, nanos) {
-			defer s.requestRepair(l, h.LinkSeq, gap.lost) // after rxMu: it sends
 		}
 		if h.Flags&wire.FlagDuplicate != 0 {
 			s.reseq.PushCopy(nanos, h.Seq, h.LinkID, pkt[wire.HeaderLen:], s.deliver) // late copies too (rescue.go)
@@ -890,10 +890,10 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 				l.m.lost.Add(float64(gap.lost))
 			}
 		}
-		s.rxMu.Lock()
-		if gap.lost > 0 && s.awaitRepair(l, gap, nanos) {
-			defer s.requestRepair(l, h.LinkSeq+1, gap.lost) // after rxMu: it sends
+		if gap.lost > 0 && s.wantsRepair(l, gap) {
+			defer s.requestRepair(l, h.LinkSeq+1, gap.lost) // at return, after rxMu: it sends
 		}
+		s.rxMu.Lock()
 		if !s.kernelMayOwn() {
 			s.reseq.Watermark(nanos, h.LinkID, h.Seq, s.deliver)
 		}
@@ -1342,10 +1342,7 @@ func (s *Session) adaptHold(now time.Time, links []*link) {
 		hold = s.cfg.MaxHold
 	}
 	if s.asksRepairs() {
-		// The hold timer must not give a gap up before its repair can come.
-		wait := repairTime(links, s.cfg.MaxHold)
-		s.repairWait.Store(int64(wait))
-		hold = max(hold, wait)
+		s.repairWait.Store(int64(repairTime(links, s.cfg.MaxHold)))
 	}
 	s.rxMu.Lock()
 	s.reseq.SetHold(int64(hold))
