@@ -178,10 +178,10 @@ func repairTime(links []*link, maxHold time.Duration) time.Duration {
 func (s *Session) asksRepairs() bool { return s.cfg.LossRepair && s.fp == nil }
 
 // wantsRepair is called for a data packet or probe that showed lost packets on its
-// link (gap), and reports whether the caller should ask for them (requestRepair) once
-// it has pushed the packet: a run short enough, not a full queue's drop, and within the
-// link's repair budget, on a link that is up. The resequencer is not told: it gives the
-// numbers up as it would without repair, and the repairs come as late copies.
+// link (gap), and reports whether the caller should ask for them (requestRepair): a
+// run short enough, not a full queue's drop, and within the link's repair budget, on a
+// link that is up. The resequencer is not told: it gives the numbers up as it would
+// without repair, and the repairs come as late copies.
 //
 // A link that is not up shows no random loss: the first packet of a link coming back
 // shows what it had in flight when it went down, which its sender copied or named

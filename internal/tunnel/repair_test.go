@@ -85,6 +85,22 @@ func (b *repairBed) reseqStats() reseq.Stats {
 	return b.he.reseq.Stats()
 }
 
+// sendUp injects count packets at the CPE and waits until want of them have come out
+// of the headend's tunnel, returning the packets sent and those that came, in the
+// order they came.
+func (b *repairBed) sendUp(t *testing.T, count, want int) (sent, got [][]byte) {
+	t.Helper()
+	sent = packets(b.n.peer.addr, internet, count)
+	for _, p := range sent {
+		b.n.tun.inject(t, p)
+	}
+	waitFor(t, fmt.Sprintf("%d of %d packets through", want, count), func() bool {
+		got = append(got, b.heTun.pending()...)
+		return len(got) >= want
+	})
+	return sent, got
+}
+
 // upWithOneRepaired sends count packets upstream with the fifth dropped (dropOneUp)
 // and checks that every one reaches the far end, once, and that the headend asked for
 // the lost one and did not hold what followed it: it gave the number up at once (the
@@ -94,15 +110,7 @@ func (b *repairBed) upWithOneRepaired(t *testing.T, count int) {
 	t.Helper()
 	before := b.reseqStats()
 	b.dropOneUp(nil)
-	pkts := packets(b.n.peer.addr, internet, count)
-	for _, p := range pkts {
-		b.n.tun.inject(t, p)
-	}
-	var got [][]byte
-	waitFor(t, fmt.Sprintf("%d packets through", count), func() bool {
-		got = append(got, b.heTun.pending()...)
-		return len(got) >= count
-	})
+	pkts, got := b.sendUp(t, count, count)
 	b.relay.setHook(nil)
 	at := func(p []byte) int { return slices.IndexFunc(got, func(g []byte) bool { return bytes.Equal(g, p) }) }
 	for i, p := range pkts {
@@ -156,12 +164,7 @@ func TestWithoutLossRepairALostPacketIsLost(t *testing.T) {
 	b := newRepairBed(t, false)
 	before := b.reseqStats()
 	b.dropOneUp(nil)
-	pkts := packets(b.n.peer.addr, internet, 50)
-	for _, p := range pkts {
-		b.n.tun.inject(t, p)
-	}
-	got := 0
-	waitFor(t, "49 of 50 packets through", func() bool { got += len(b.heTun.pending()); return got >= 49 })
+	b.sendUp(t, 50, 49)
 	b.relay.setHook(nil)
 	after := b.reseqStats()
 	if lost, late := after.Lost-before.Lost, after.LateCopies-before.LateCopies; lost != 1 || late != 0 {
@@ -182,12 +185,7 @@ func TestPacketThatCannotBeSentAgainIsNoticedLost(t *testing.T) {
 		b.cp.kept = keptPackets{}
 		b.cp.txMu.Unlock()
 	})
-	pkts := packets(b.n.peer.addr, internet, 50)
-	for _, p := range pkts {
-		b.n.tun.inject(t, p)
-	}
-	got := 0
-	waitFor(t, "49 of 50 packets through", func() bool { got += len(b.heTun.pending()); return got >= 49 })
+	b.sendUp(t, 50, 49)
 	waitFor(t, "the loss notice", func() bool { return gauge(b.heM.LossNoticeReceived.WithLabelValues("cpe1")) >= 1 })
 	b.relay.setHook(nil)
 	if lost := b.reseqStats().Lost - before.Lost; lost != 1 {

@@ -1034,6 +1034,9 @@ func (s *Session) tick(now time.Time) {
 	}
 	s.sendFeedback(now, links, doubt)
 	s.adaptHold(now, links)
+	if s.asksRepairs() {
+		s.repairWait.Store(int64(repairTime(links, s.cfg.MaxHold)))
+	}
 	s.publishReseqStats()
 	s.txMu.Lock()
 	returning := s.backupReturn.pending() // its window must begin and end on time
@@ -1340,9 +1343,6 @@ func (s *Session) adaptHold(now time.Time, links []*link) {
 	hold := time.Duration(hi-lo+2*jitter)*time.Microsecond + holdMargin
 	if n < 2 || hold > s.cfg.MaxHold {
 		hold = s.cfg.MaxHold
-	}
-	if s.asksRepairs() {
-		s.repairWait.Store(int64(repairTime(links, s.cfg.MaxHold)))
 	}
 	s.rxMu.Lock()
 	s.reseq.SetHold(int64(hold))
