@@ -168,10 +168,12 @@ func buildDashboard() *dashboard.DashboardBuilder {
 			query(`rate(aggd_reorder_late_packets_total{`+ofPeers+`}[$__rate_interval])`, "{{peer}} late"),
 			query(`rate(aggd_reorder_overflow_skips_total{`+ofPeers+`}[$__rate_interval])`, "{{peer}} buffer full"))).
 		WithPanel(graph("AQM at the bond's entry", "Packets the bond's AQM dropped or ECN-marked so that senders slow down; "+
-			"ECN-capable drops should stay at 0 with aqm.ecn on (alert AggdECNCapablePacketsDropped).", "pps",
+			"ECN-capable drops should stay at 0 with aqm.ecn on (alert AggdECNCapablePacketsDropped); drops taken back were "+
+			"sent after all when the links they were made on died before the flow could answer them.", "pps",
 			query(`rate(aggd_aqm_drops_total{`+ofPeers+`}[$__rate_interval])`, "{{peer}} drops"),
 			query(`rate(aggd_aqm_ecn_marks_total{`+ofPeers+`}[$__rate_interval])`, "{{peer}} ECN marks"),
-			query(`rate(aggd_aqm_ecn_capable_drops_total{`+ofPeers+`}[$__rate_interval])`, "{{peer}} ECN-capable drops"))).
+			query(`rate(aggd_aqm_ecn_capable_drops_total{`+ofPeers+`}[$__rate_interval])`, "{{peer}} ECN-capable drops"),
+			query(`rate(aggd_aqm_drops_taken_back_total{`+ofPeers+`}[$__rate_interval])`, "{{peer}} drops taken back"))).
 		WithPanel(graph("Copies and rescues", "Redundant copies sent for links in doubt, and packets in flight on a link that "+
 			"went into doubt or down, copied to another.", "pps",
 			query(`sum by (peer) (rate(aggd_link_redundant_packets_total{`+ofPeers+`}[$__rate_interval]))`, "{{peer}} redundant copies"),

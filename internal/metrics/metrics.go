@@ -57,6 +57,7 @@ type Set struct {
 	ReorderSkips   *prometheus.CounterVec
 	AQMDrops       *prometheus.CounterVec
 	AQMMarks       *prometheus.CounterVec
+	AQMTakenBack   *prometheus.CounterVec
 	AQMECTDrops    *prometheus.CounterVec
 	SocketDrops    *prometheus.CounterVec
 	SocketWait     *prometheus.HistogramVec
@@ -145,6 +146,8 @@ func New() *Set {
 		ReorderSkips: counterVec("reorder_overflow_skips_total", "Gaps skipped because the reorder buffer reached its memory cap.", []string{"peer"}),
 		AQMDrops:     counterVec("aqm_drops_total", "Packets dropped at the bond's entry because every link carrying traffic kept a standing queue above the target (CoDel), so that senders slow down.", []string{"peer"}),
 		AQMMarks:     counterVec("aqm_ecn_marks_total", "ECN-capable packets marked Congestion Experienced at the bond's entry where the AQM would have dropped them (aqm.ecn).", []string{"peer"}),
+		AQMTakenBack: counterVec("aqm_drops_taken_back_total", "Of aqm_drops_total, the drops sent after all when a failover began: the links that carried traffic died before the flow could answer the drop, "+
+			"and the links left carry at least as much (userspace datapath).", []string{"peer"}),
 		AQMECTDrops: counterVec("aqm_ecn_capable_drops_total", "Of aqm_drops_total, the packets that were ECN-capable: all the AQM's ECN-capable victims with aqm.ecn off; "+
 			"with it on, none (it marks them instead), so a rise there is a fault to report.", []string{"peer"}),
 		Drops: counterVec("drops_total", "Received packets dropped, by reason.", []string{"reason"}),
@@ -216,7 +219,7 @@ func New() *Set {
 		s.LinkRTT, s.LinkLoss, s.LinkRate, s.LinkRatePrior, s.LinkUp, s.LinkSuspect, s.LinkStateChanged, s.LinkSuspicions, s.LinkDuplicate,
 		s.LinkCapacity, s.LinkQueueDelay, s.LinkBaseDelay, s.LinkJitter, s.LinkInfo, s.LinkMTU,
 		s.Sessions, s.PeerSession, s.Handshakes, s.CookieReplies, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
-		s.Duplicates, s.LatePackets, s.ReorderStretches, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.AQMECTDrops, s.SocketDrops, s.SocketWait, s.Drops, s.TunnelTxPacket, build,
+		s.Duplicates, s.LatePackets, s.ReorderStretches, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.AQMTakenBack, s.AQMECTDrops, s.SocketDrops, s.SocketWait, s.Drops, s.TunnelTxPacket, build,
 		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.UplinkEvents, s.ControlTxBytes, s.ControlTxPackets, s.ControlLoopLate, s.FallbackDirect, s.FallbackTransitions,
 		s.DataUsed, s.DataCap, s.DataCapReached, s.DataPeriodEnd, s.MetricsConnsClosed,
 	}

@@ -13,6 +13,7 @@ import (
 // instead of bringing them back.
 type peerMetrics struct {
 	aqmDrops, aqmMarks, aqmECTDrops prometheus.Counter
+	aqmTakenBack                    prometheus.Counter
 
 	reorderHeld, reorderLost, reorderHold prometheus.Counter
 	duplicates, latePackets, lateCopies   prometheus.Counter
@@ -28,7 +29,7 @@ type peerMetrics struct {
 func newPeerMetrics(m *metrics.Set, peer string) peerMetrics {
 	return peerMetrics{
 		aqmDrops: m.AQMDrops.WithLabelValues(peer), aqmMarks: m.AQMMarks.WithLabelValues(peer),
-		aqmECTDrops: m.AQMECTDrops.WithLabelValues(peer),
+		aqmECTDrops: m.AQMECTDrops.WithLabelValues(peer), aqmTakenBack: m.AQMTakenBack.WithLabelValues(peer),
 
 		reorderHeld: m.ReorderHeld.WithLabelValues(peer), reorderLost: m.ReorderLost.WithLabelValues(peer),
 		reorderHold: m.ReorderHold.WithLabelValues(peer), duplicates: m.Duplicates.WithLabelValues(peer),

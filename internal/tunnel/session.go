@@ -113,7 +113,12 @@ type Session struct {
 	// aqmHeld: a link that carries traffic is in doubt, and the AQM drops nothing
 	// (failoverUnderWay). Guarded by txMu.
 	aqmHeld bool
-	kept    keptPackets // the latest data packets sent, for a rescue (rescue.go)
+	// dropped is the AQM's last drop, kept until a failover takes it back or the doubt
+	// ends (takeback.go); carrying is the rate (bits/s) of the links that carried
+	// traffic in the schedule the AQM last acted under. Guarded by txMu.
+	dropped  droppedPacket
+	carrying float64
+	kept     keptPackets // the latest data packets sent, for a rescue (rescue.go)
 	// backupReturn keeps backup links as overflow links for a while after the
 	// primaries are back (backupreturn.go). Guarded by txMu.
 	backupReturn backupReturn
@@ -306,8 +311,16 @@ func (s *Session) SendData(buf []byte) bool {
 	s.txMu.Lock()
 	defer s.txMu.Unlock()
 	if s.entryAQMDrops(now, buf[wire.HeaderLen:]) {
+		s.keepDrop(buf)
 		return true
 	}
+	return s.stripe(k, now, buf)
+}
+
+// stripe sends buf (headroom, then the inner packet) on the link the scheduler picks,
+// with its copies, under the next sequence number, and reports false when no link is
+// usable. Caller holds txMu.
+func (s *Session) stripe(k *keyGen, now int64, buf []byte) bool {
 	primary, dup, hasDup, ok := s.sched.Pick(now, len(buf)+wire.Overhead-wire.HeaderLen) // over IPv4 (an IPv6 link adds its own)
 	if !ok {
 		return false
@@ -515,9 +528,11 @@ func (s *Session) refreshSchedule() {
 		}
 	}
 	rtts := make([]time.Duration, len(links))
+	signs := make([]time.Time, len(links))
 	for i, l := range links {
 		p := l.params()
 		rtts[i] = l.rtt()
+		signs[i] = l.lastSign()
 		// Base one-way delay towards the peer: from the peer's OWD reports when every
 		// link has them (offsets between the clocks cancel), else half the RTT.
 		if haveFloors {
@@ -540,12 +555,17 @@ func (s *Session) refreshSchedule() {
 		switch {
 		case held:
 			s.aqm.Idle()
+			s.takeBack(now, params, signs, reaction)
 		case s.aqmHeld:
 			// The doubt is resolved: the measure now comes from the links left.
 			s.aqm.Settle(now)
 			s.log.Debug("aqm settles: the doubt is resolved", "first_drop_after", reaction)
+			s.dropped.forget()
 		}
 		s.aqmHeld = held
+		if !held {
+			s.carrying = carryingRate(params)
+		}
 		if s.fp != nil {
 			q := s.bondQueue.Load()
 			if !s.aqmHeld && !s.bondUnmeasured.Load() {
