@@ -110,18 +110,8 @@ func carryingRate(params []sched.LinkParams) float64 {
 }
 
 // capacityLeft is the rate (bits/s) of the links that will carry traffic if those in
-// doubt die: the usable primaries not in doubt, or, if none is, the usable links not
-// in doubt (the standby links the class rules then let in).
+// doubt die: carryingRate of the links not in doubt (the usable primaries among them,
+// or, if none is, the standby links the class rules then let in).
 func capacityLeft(params []sched.LinkParams) float64 {
-	sound := func(p sched.LinkParams) bool { return p.Usable && !p.Suspect }
-	primary := slices.ContainsFunc(params, func(p sched.LinkParams) bool {
-		return sound(p) && p.Class == sched.ClassPrimary
-	})
-	var sum float64
-	for _, p := range params {
-		if sound(p) && (p.Class == sched.ClassPrimary || !primary) {
-			sum += p.RateBps
-		}
-	}
-	return sum
+	return carryingRate(slices.DeleteFunc(slices.Clone(params), func(p sched.LinkParams) bool { return p.Suspect }))
 }
