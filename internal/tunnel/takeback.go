@@ -4,10 +4,10 @@ package tunnel
 // packet to tell a flow that the links it runs on hold a standing queue. If those links
 // die before the flow can have answered, and the links left can carry at least what
 // they did, the drop tells of a queue that no longer exists, and costs the flow twice:
-// the window cut, and the climb to what the links left give. So when a failover begins
-// (a link that carries traffic goes into doubt) the last drop is sent after all, as a
-// new packet on the links left, with the rescue's copies of what the dying links had in
-// flight (rescue.go): the flow's hole is filled before it sees one, or, if it had
+// the window cut, and the climb to what the links left give. So while a failover is
+// under way (a link that carries traffic is in doubt) the last drop is sent after all,
+// as a new packet on the links left, about when the rescue copies what the dying links
+// had in flight (rescue.go): the flow's hole is filled before it sees one, or, if it had
 // resent the packet already, its resend shows spurious (a D-SACK) and it undoes the
 // cut, as it does after a loss repair (repair.go).
 //
