@@ -314,6 +314,7 @@ aggd_link_suspect{link="link0",peer="cpe1"} 0
 
 class Losses(unittest.TestCase):
     CPE_PAGE = "\n".join(['aggd_aqm_drops_total{peer="headend"} 7',
+                          'aggd_aqm_drops_taken_back_total{peer="headend"} 1',
                           'aggd_aqm_ecn_marks_total{peer="headend"} 2',
                           'aggd_link_lost_packets_total{link="lte",peer="headend"} 4',
                           'aggd_reorder_lost_packets_total{peer="headend"} 5',
@@ -330,22 +331,28 @@ class Losses(unittest.TestCase):
 
     def test_a_page_is_read_per_counter_and_link(self):
         self.assertEqual(lab.loss_counts(self.HUB_PAGE),
-                         {"aqm_drops": 4.0, "aqm_marks": 0.0, "gave_up": 6.0, "late": 0.0,
+                         {"aqm_drops": 4.0, "aqm_marks": 0.0, "aqm_taken_back": 0.0, "gave_up": 6.0, "late": 0.0,
                           "link_lost": {"dsl": 6.0, "cable": 0.0}, "socket_wait": {"sum": 0.0, "count": 0.0}})
 
     def test_an_upstream_transfer_counts_the_cpes_aqm_and_the_headends_losses(self):
         before = {"cpe": {"losses": lab.loss_counts("")}, "hub": {"losses": lab.loss_counts(HUB_PAGE)}}
         after = {"cpe": {"losses": lab.loss_counts(self.CPE_PAGE)}, "hub": {"losses": lab.loss_counts(self.HUB_PAGE)}}
         self.assertEqual(lab.losses_between(before, after, "cpe", 9),
-                         {"sender_aqm_drops": 7, "sender_aqm_marks": 2, "receiver_link_lost": {"cable": 0, "dsl": 6},
+                         {"sender_aqm_drops": 7, "sender_aqm_marks": 2, "sender_aqm_taken_back": 1,
+                          "receiver_link_lost": {"cable": 0, "dsl": 6},
                           "receiver_gave_up": 6, "receiver_late": 0, "receiver_socket_wait_ms_mean": None,
                           "sender_tcp_retransmits": 9})
         # Downstream the sides swap: the headend's AQM, the CPE's losses.
         self.assertEqual(lab.losses_between(before, after, "hub", None),
-                         {"sender_aqm_drops": 4, "sender_aqm_marks": 0, "receiver_link_lost": {"lte": 4},
+                         {"sender_aqm_drops": 4, "sender_aqm_marks": 0, "sender_aqm_taken_back": 0,
+                          "receiver_link_lost": {"lte": 4},
                           "receiver_gave_up": 5, "receiver_late": 1, "receiver_socket_wait_ms_mean": 5.0,
                           "sender_tcp_retransmits": None})
         self.assertIsNone(lab.losses_between(dict(before, hub=None), after, "cpe", 9))
+        # The log line names the take-backs only where there were some.
+        self.assertIn("AQM dropped 7 (took 1 back) and marked 2",
+                      lab.losses_text(lab.losses_between(before, after, "cpe", 9)))
+        self.assertIn("AQM dropped 4 and marked 0", lab.losses_text(lab.losses_between(before, after, "hub", None)))
 
 
 class LossesAroundAnOutage(unittest.TestCase):
@@ -372,6 +379,8 @@ class LossesAroundAnOutage(unittest.TestCase):
         scr = [s(9.8, aqm=10), s(10.1, aqm=11), s(10.7, aqm=13), s(11.05, aqm=15), s(11.4, aqm=19)]
         # From the scrape before the outage (9.8) to the last by 1 s after it (10.7).
         self.assertEqual(lab.losses_in_scrapes(scr, 10.0, 11.0)["aqm_drops"], 3)
+        # Scrapes from before the take-back counter: none taken back, not a failed read.
+        self.assertEqual(lab.losses_in_scrapes(scr, 10.0, 11.0)["aqm_taken_back"], 0)
         # No scrape before: no count rather than a wrong one; none after either.
         self.assertIsNone(lab.losses_in_scrapes(scr, 9.0, 10.0))
         self.assertIsNone(lab.losses_in_scrapes(scr, 11.5, 12.5))

@@ -908,6 +908,7 @@ def suspicion_counts(page):
 # given up by its resequencer, or come after it gave up.
 LOSS_COUNTERS = {k: re.compile(rf'^{m}(?:\{{[^}}]*\}})? (\S+)', re.M) for k, m in (
     ("aqm_drops", "aggd_aqm_drops_total"), ("aqm_marks", "aggd_aqm_ecn_marks_total"),
+    ("aqm_taken_back", "aggd_aqm_drops_taken_back_total"),
     ("gave_up", "aggd_reorder_lost_packets_total"), ("late", "aggd_reorder_late_packets_total"))}
 LINK_LOST_RE = re.compile(r'^aggd_link_lost_packets_total\{([^}]*)\} (\S+)', re.M)
 # How long the daemon's datagrams waited on its host before it read them (a histogram's
@@ -933,7 +934,8 @@ def loss_delta(a, b):
     """What a daemon lost between two loss_counts of it, a before b, in whole packets,
     with the mean wait of the datagrams it read meanwhile (socket_wait_ms_mean; None
     when it read none, or the counts predate the metric)."""
-    out = {k: int(round(b[k] - a[k])) for k in LOSS_COUNTERS}
+    # .get: a scrape from before a counter was read has none of it.
+    out = {k: int(round(b.get(k, 0.0) - a.get(k, 0.0))) for k in LOSS_COUNTERS}
     out["link_lost"] = {n: int(round(v - a["link_lost"].get(n, 0.0))) for n, v in sorted(b["link_lost"].items())}
     wa, wb = a.get("socket_wait"), b.get("socket_wait")
     n = wb["count"] - wa["count"] if wa and wb else 0
@@ -943,7 +945,8 @@ def loss_delta(a, b):
 
 def losses_between(a, b, sender, retransmits):
     """Where the packets a transfer lost went, from daemon_snapshots of both sides before
-    (a) and after (b): the sending side's AQM drops and marks, the receiving side's link
+    (a) and after (b): the sending side's AQM drops and marks, and the drops it took
+    back (tunnel/takeback.go: counted among the drops too), the receiving side's link
     losses per link and resequencer give-ups and late packets, and beside them the
     sender's TCP retransmissions (iperf3's). Lost packets the AQM or a link took make
     the flow's loss events; give-ups are the receiver's, a lost packet or one that came
@@ -954,6 +957,7 @@ def losses_between(a, b, sender, retransmits):
     tx = loss_delta(a[sender]["losses"], b[sender]["losses"])
     rx = loss_delta(a[receiver]["losses"], b[receiver]["losses"])
     return {"sender_aqm_drops": tx["aqm_drops"], "sender_aqm_marks": tx["aqm_marks"],
+            "sender_aqm_taken_back": tx["aqm_taken_back"],
             "receiver_link_lost": rx["link_lost"], "receiver_gave_up": rx["gave_up"], "receiver_late": rx["late"],
             "receiver_socket_wait_ms_mean": rx["socket_wait_ms_mean"], "sender_tcp_retransmits": retransmits}
 
@@ -961,7 +965,8 @@ def losses_between(a, b, sender, retransmits):
 def losses_text(x):
     """losses_between in words, for the log."""
     links = ", ".join(f"{n} {v}" for n, v in x["receiver_link_lost"].items() if v) or "none"
-    return (f"AQM dropped {x['sender_aqm_drops']} and marked {x['sender_aqm_marks']}; lost on links: {links}; "
+    back = f" (took {x['sender_aqm_taken_back']} back)" if x.get("sender_aqm_taken_back") else ""
+    return (f"AQM dropped {x['sender_aqm_drops']}{back} and marked {x['sender_aqm_marks']}; lost on links: {links}; "
             f"resequencer gave up {x['receiver_gave_up']} ({x['receiver_late']} came late; "
             f"its datagrams waited {x.get('receiver_socket_wait_ms_mean')} ms on average before it read them); "
             f"sender retransmitted {x['sender_tcp_retransmits']}")
@@ -2724,6 +2729,9 @@ def failover_figures(t, base, sums):
         tx = losses_in_scrapes(tx_scr, t_out, t_out + 1.0)
         rx = losses_in_scrapes(rx_scr, t_out, t_out + 1.0)
         f["sender_aqm_drops_1s_after"] = tx["aqm_drops"] if tx else None
+        # A drop the failover made stale, sent after all (tunnel/takeback.go): the
+        # flow's hole filled, or its resend found spurious.
+        f["sender_aqm_taken_back_1s_after"] = tx["aqm_taken_back"] if tx else None
         f["receiver_lost_on_links_left_1s_after"] = (sum(v for n, v in rx["link_lost"].items() if n not in group)
                                                      if rx else None)
         f["receiver_gave_up_1s_after"] = rx["gave_up"] if rx else None
@@ -3192,6 +3200,7 @@ def print_summary(r):
                f"retransmissions in the {SENDER_BEFORE_OUTAGE_S:g} s before, {f.get('sender_retransmits_1s_after')} "
                f"in the second after" if f.get("sender_window_at_outage_bytes") is not None else "")
             + (f"; in the second after, the sender's AQM dropped {f['sender_aqm_drops_1s_after']}"
+               + (f" and took {f['sender_aqm_taken_back_1s_after']} back" if f.get("sender_aqm_taken_back_1s_after") else "")
                if f.get("sender_aqm_drops_1s_after") is not None else "")
             + (f"; the receiver saw {f['receiver_lost_on_links_left_1s_after']} lost on the links left and gave up "
                f"{f['receiver_gave_up_1s_after']}" if f.get("receiver_gave_up_1s_after") is not None else "")
