@@ -358,8 +358,9 @@ class Losses(unittest.TestCase):
 class LossesAroundAnOutage(unittest.TestCase):
     @staticmethod
     def scrape(t, aqm=0, lost=None, gave_up=0, late=0, waited=None):
-        x = {"t": t, "losses": {"aqm_drops": float(aqm), "aqm_marks": 0.0, "gave_up": float(gave_up),
-                                "late": float(late), "link_lost": lost or {"dsl": 0.0, "lte": 0.0}}}
+        x = {"t": t, "losses": {"aqm_drops": float(aqm), "aqm_marks": 0.0, "aqm_taken_back": 0.0,
+                                "gave_up": float(gave_up), "late": float(late),
+                                "link_lost": lost or {"dsl": 0.0, "lte": 0.0}}}
         if waited:  # (seconds, datagrams) so far
             x["losses"]["socket_wait"] = {"sum": waited[0], "count": waited[1]}
         return x
@@ -379,7 +380,7 @@ class LossesAroundAnOutage(unittest.TestCase):
         scr = [s(9.8, aqm=10), s(10.1, aqm=11), s(10.7, aqm=13), s(11.05, aqm=15), s(11.4, aqm=19)]
         # From the scrape before the outage (9.8) to the last by 1 s after it (10.7).
         self.assertEqual(lab.losses_in_scrapes(scr, 10.0, 11.0)["aqm_drops"], 3)
-        # Scrapes from before the take-back counter: none taken back, not a failed read.
+        # None taken back in the span: a count of 0, beside the drops.
         self.assertEqual(lab.losses_in_scrapes(scr, 10.0, 11.0)["aqm_taken_back"], 0)
         # No scrape before: no count rather than a wrong one; none after either.
         self.assertIsNone(lab.losses_in_scrapes(scr, 9.0, 10.0))

@@ -934,8 +934,7 @@ def loss_delta(a, b):
     """What a daemon lost between two loss_counts of it, a before b, in whole packets,
     with the mean wait of the datagrams it read meanwhile (socket_wait_ms_mean; None
     when it read none, or the counts predate the metric)."""
-    # .get: a scrape from before a counter was read has none of it.
-    out = {k: int(round(b.get(k, 0.0) - a.get(k, 0.0))) for k in LOSS_COUNTERS}
+    out = {k: int(round(b[k] - a[k])) for k in LOSS_COUNTERS}
     out["link_lost"] = {n: int(round(v - a["link_lost"].get(n, 0.0))) for n, v in sorted(b["link_lost"].items())}
     wa, wb = a.get("socket_wait"), b.get("socket_wait")
     n = wb["count"] - wa["count"] if wa and wb else 0
@@ -965,7 +964,7 @@ def losses_between(a, b, sender, retransmits):
 def losses_text(x):
     """losses_between in words, for the log."""
     links = ", ".join(f"{n} {v}" for n, v in x["receiver_link_lost"].items() if v) or "none"
-    back = f" (took {x['sender_aqm_taken_back']} back)" if x.get("sender_aqm_taken_back") else ""
+    back = f" (took {x['sender_aqm_taken_back']} back)" if x["sender_aqm_taken_back"] else ""
     return (f"AQM dropped {x['sender_aqm_drops']}{back} and marked {x['sender_aqm_marks']}; lost on links: {links}; "
             f"resequencer gave up {x['receiver_gave_up']} ({x['receiver_late']} came late; "
             f"its datagrams waited {x.get('receiver_socket_wait_ms_mean')} ms on average before it read them); "
