@@ -159,7 +159,8 @@ func TestDeliveredDataKeepsALinkAlive(t *testing.T) {
 	var rx uint32
 	report := func(at time.Duration, more uint32) {
 		rx += more
-		l.onFeedback(t0.Add(at), uint32(at/time.Microsecond), wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500}, true)
+		l.txLinkSeq.Store(rx + 1) // a deep queue: more in flight behind what arrived
+		l.onFeedback(t0.Add(at), uint32(at/time.Microsecond), wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500, HighestLinkSeq: rx}, true)
 	}
 	check := func(at time.Duration, want linkState) {
 		t.Helper()
@@ -222,7 +223,8 @@ func TestBusyLinksAreProbedLessOften(t *testing.T) {
 			t0 = t0.Add(interval)
 			if busy {
 				rx += 10
-				l.onFeedback(t0.Add(-interval/2), uint32(t0.UnixMicro()), wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500}, true)
+				l.txLinkSeq.Store(rx + 10) // still sending
+				l.onFeedback(t0.Add(-interval/2), uint32(t0.UnixMicro()), wire.LinkReport{RxPackets: rx, RxBytes: uint64(rx) * 1500, HighestLinkSeq: rx}, true)
 			}
 			if l.probeDue(t0, interval, doubt) {
 				n++
@@ -265,7 +267,8 @@ func TestIdleStandbyLinkIsProbedSeldom(t *testing.T) {
 			t0 = t0.Add(cfg.Probe)
 			if busy {
 				rx += 10
-				backup.onFeedback(t0.Add(-cfg.Probe/2), uint32(t0.UnixMicro()), wire.LinkReport{LinkID: 1, RxPackets: rx, RxBytes: uint64(rx) * 1500}, true)
+				backup.txLinkSeq.Store(rx + 10) // still sending
+				backup.onFeedback(t0.Add(-cfg.Probe/2), uint32(t0.UnixMicro()), wire.LinkReport{LinkID: 1, RxPackets: rx, RxBytes: uint64(rx) * 1500, HighestLinkSeq: rx}, true)
 			}
 			backup.setUnit(s.probeUnit(backup, t0, primary.isUp()), t0)
 			if backup.probeDue(t0, cfg.Probe, doubt) {
@@ -716,11 +719,16 @@ func TestTheKernelLearnsOfACompanionsDoubtWithTheDown(t *testing.T) {
 	}
 	var without int
 	for i, st := range fp.session.programs {
-		if st.Links[1].Usable {
+		// By id: the links come in the session's map order.
+		byID := map[uint8]TxLink{}
+		for _, tl := range st.Links {
+			byID[tl.ID] = tl
+		}
+		if byID[1].Usable {
 			continue
 		}
 		without++
-		if !st.Links[0].Suspect {
+		if !byID[0].Suspect {
 			t.Errorf("schedule %d takes the cable out with the silent ADSL line not in doubt: its packets go uncopied", i)
 		}
 	}
