@@ -704,6 +704,46 @@ func (l *link) noteReport(n uint32) {
 	l.prevPackets = n
 }
 
+// arrivalLocked dates the newest arrival a report that came at now shows on the link,
+// whose highest link sequence number received is highest. While more was sent on the
+// link after that packet, the peer may have received it after the report was made, so
+// the link may have carried right up to then: now. Once every packet sent on it has
+// arrived, the link carried nothing after the last of them, and a report that came a
+// period or more later dates that too late. In a run of the lab's standby scenario a
+// TCP flow stalled when its ACKs died with the primaries; its last packets arrived
+// 12 and 63 ms after the outage, the report that showed them came at 118 ms, and the
+// peer's first copies, at 202 ms, found the primaries silent for 84 ms, too short for
+// doubt; it came with the next owing report, 128 ms later. The packet went out by the
+// first mark that counts it (quietWatch.sentBefore) and arrived about half an RTT
+// after; and not before the last report came, since what this one newly shows arrived
+// after that one was made. Caller holds mu.
+func (l *link) arrivalLocked(now time.Time, highest uint32) time.Time {
+	if highest != l.sentLinkSeq() {
+		return now
+	}
+	sent, ok := l.quiet.sentBefore(highest)
+	if !ok {
+		return now
+	}
+	return earlier(now, later(l.prevAt, sent.Add(time.Duration(l.rttNs/2))))
+}
+
+// later returns the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// earlier returns the earlier of two times.
+func earlier(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
 // steadyPackets is how many packets a link must have delivered in one report period
 // for its silence after it to make reports no measure of the bond's queue: a
 // sample's worth (estimate.MinSamplePackets), about 50 kbit in the 100-ms default
@@ -759,7 +799,7 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 	if !l.prevAt.IsZero() {
 		progress := r.RxPackets != l.prevReport.RxPackets
 		if progress {
-			l.lastDelivered = now
+			l.lastDelivered = later(l.lastDelivered, l.arrivalLocked(now, r.HighestLinkSeq))
 		}
 		cutoff := quietCutoff(now, time.Duration(l.rttNs), l.est.Rate())
 		delivered := now.Add(-time.Duration(l.rttNs))

@@ -156,6 +156,20 @@ func (q *quietWatch) markBy(cutoff time.Time) (sentMark, bool) {
 	return sentMark{}, false
 }
 
+// sentBefore returns the time of the oldest mark in the run of newest marks that count
+// link sequence number linkSeq as sent: the packet went out at or before it. ok is
+// false if the newest mark does not count it yet (it went out since).
+func (q *quietWatch) sentBefore(linkSeq uint32) (at time.Time, ok bool) {
+	for k := range min(q.n, sentMarks) {
+		m := q.marks[(q.n-1-k)%sentMarks]
+		if wire.SeqDiff(m.linkSeq, linkSeq) < 0 {
+			break
+		}
+		at, ok = m.at, true
+	}
+	return at, ok
+}
+
 // onReport judges one report: progress says whether it shows new data arriving on the
 // link, othersDelivered whether it shows some on another link, highest the highest link
 // sequence number it shows received; cutoff is the latest send time whose packets it

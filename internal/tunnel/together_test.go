@@ -337,6 +337,59 @@ func TestPeerCopiesActAtOnce(t *testing.T) {
 	}
 }
 
+// stallBeforeDeath runs a flow on both primaries for a second, then has it send once
+// more at a tick and stop (its ACKs died with the primaries), the primaries dying
+// a step later; the report that shows the last packets arrived comes 150 ms after they
+// were sent, and more is sent meanwhile if inFlight. It returns the time of that
+// report.
+func stallBeforeDeath(r *togetherRig, inFlight bool) time.Duration {
+	for range 20 { // a second of a flow, all arriving; it ends on a report
+		r.step(both(1), both(2), r.dsl, r.cable, r.lte)
+	}
+	r.step(both(1), perLink{}, r.dsl, r.cable, r.lte) // the last packets, at a tick
+	r.step(perLink{}, perLink{}, r.lte)               // a report: not arrived yet, not owed
+	later := perLink{}
+	if inFlight {
+		later = both(1)
+	}
+	r.step(later, perLink{}, r.lte)   // a tick
+	r.step(perLink{}, both(1), r.lte) // the report that shows them arrived
+	if len(r.suspect) != 0 {
+		r.t.Fatalf("setup: a primary went suspect before the peer copied: %v", r.suspect)
+	}
+	return r.now
+}
+
+// A link that carried nothing after its last packet arrived is silent from that
+// arrival, not from the report that showed it, which came a period or more later: the
+// peer's first copy, 60 ms after that report and 185 ms after the packets arrived,
+// puts the primaries in doubt. A flow that stalled when its ACKs died with the
+// primaries sends nothing more on them to owe.
+func TestALinkIsSilentFromItsLastArrival(t *testing.T) {
+	r := newTogetherRig(t)
+	reported := stallBeforeDeath(r, false)
+	r.s.onPeerCopies(r.t0.Add(reported + 60*time.Millisecond))
+	for _, l := range []*link{r.dsl, r.cable} {
+		if !l.isSuspect() {
+			t.Errorf("%s: not suspect on the peer's first copy, 185 ms after its last packet arrived", l.spec.Name)
+		}
+	}
+}
+
+// While more was sent on a link after the newest packet a report shows arrived, the
+// peer may have received that after making the report: the link is silent from the
+// report, and the same copy finds it silent for 60 ms only.
+func TestALinkStillCarryingIsSilentFromItsReport(t *testing.T) {
+	r := newTogetherRig(t)
+	reported := stallBeforeDeath(r, true)
+	r.s.onPeerCopies(r.t0.Add(reported + 60*time.Millisecond))
+	for _, l := range []*link{r.dsl, r.cable} {
+		if l.isSuspect() {
+			t.Errorf("%s: suspect on the peer's copy 60 ms after a report showed data arriving, with more sent since", l.spec.Name)
+		}
+	}
+}
+
 // The peer's copies reach the session over real sockets: a CPE whose uplink 0 stops
 // carrying data upstream suspects it and copies what it sends on it to uplink 1, and
 // the headend, which receives those copies, counts its peer as copying (markDoubt).
