@@ -502,10 +502,7 @@ func (l *link) liftedBy(now time.Time) []any {
 // no report of new data arriving on it), and the suspicion and down times for it.
 // Caller holds mu.
 func (l *link) silenceLocked(now time.Time, suspectAfter, downAfter time.Duration) (silent, suspect, down time.Duration) {
-	silent = now.Sub(l.lastReply)
-	if l.lastDelivered.After(l.lastReply) {
-		silent = now.Sub(l.lastDelivered)
-	}
+	silent = now.Sub(l.lastSignLocked())
 	// A slow or deeply queued link answers late without being dead: it is suspected
 	// after three of its RTTs at the earliest, and declared down only after it has
 	// been suspect for as long again.
@@ -617,12 +614,7 @@ func (l *link) aliveSince() time.Time {
 	return sign
 }
 
-func (l *link) lastSignLocked() time.Time {
-	if l.lastDelivered.After(l.lastReply) {
-		return l.lastDelivered
-	}
-	return l.lastReply
-}
+func (l *link) lastSignLocked() time.Time { return later(l.lastReply, l.lastDelivered) }
 
 // healthCause says what moved a link to suspect or down.
 type healthCause uint8
@@ -704,10 +696,11 @@ func (l *link) noteReport(n uint32) {
 	l.prevPackets = n
 }
 
-// arrivalLocked dates the newest arrival a report that came at now shows on the link,
-// whose highest link sequence number received is highest. While more was sent on the
-// link after that packet, the peer may have received it after the report was made, so
-// the link may have carried right up to then: now. Once every packet sent on it has
+// arrivalLocked dates the newest arrival a report that came at now shows on the link:
+// highest is the highest link sequence number it shows received, lastSent the last one
+// sent on the link. While more was sent on the link after that packet, the peer may
+// have received it after the report was made, so the link may have carried right up
+// to then: now. Once every packet sent on it has
 // arrived, the link carried nothing after the last of them, and a report that came a
 // period or more later dates that too late. In a run of the lab's standby scenario a
 // TCP flow stalled when its ACKs died with the primaries; its last packets arrived
@@ -716,16 +709,16 @@ func (l *link) noteReport(n uint32) {
 // doubt; it came with the next owing report, 128 ms later. The packet went out by the
 // first mark that counts it (quietWatch.sentBefore) and arrived about half an RTT
 // after; and not before the last report came, since what this one newly shows arrived
-// after that one was made. Caller holds mu.
-func (l *link) arrivalLocked(now time.Time, highest uint32) time.Time {
-	if highest != l.sentLinkSeq() {
+// after that one was made, and so after the sign that one gave. Caller holds mu.
+func (l *link) arrivalLocked(now time.Time, highest, lastSent uint32) time.Time {
+	if highest != lastSent {
 		return now
 	}
-	sent, ok := l.quiet.sentBefore(highest)
+	at, ok := l.quiet.sentBefore(highest)
 	if !ok {
 		return now
 	}
-	return earlier(now, later(l.prevAt, sent.Add(time.Duration(l.rttNs/2))))
+	return earlier(now, later(l.prevAt, at.Add(time.Duration(l.rttNs/2))))
 }
 
 // later returns the later of two times.
@@ -796,10 +789,11 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 	defer l.mu.Unlock()
 	l.reportMetrics(now, r)
 	gap := now.Sub(l.prevAt) // since the link's last report
+	lastSent := l.sentLinkSeq()
 	if !l.prevAt.IsZero() {
 		progress := r.RxPackets != l.prevReport.RxPackets
 		if progress {
-			l.lastDelivered = later(l.lastDelivered, l.arrivalLocked(now, r.HighestLinkSeq))
+			l.lastDelivered = l.arrivalLocked(now, r.HighestLinkSeq, lastSent)
 		}
 		cutoff := quietCutoff(now, time.Duration(l.rttNs), l.est.Rate())
 		delivered := now.Add(-time.Duration(l.rttNs))
@@ -808,7 +802,7 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 				"quiet_reports", l.quiet.reports, "cutoff_ago", now.Sub(cutoff), "since_delivered", now.Sub(l.lastDelivered))
 		}
 	}
-	l.quiet.mark(now, l.txPkts.Load(), l.sentLinkSeq())
+	l.quiet.mark(now, l.txPkts.Load(), lastSent)
 	if l.smpStarted && r.RxPackets == l.prevReport.RxPackets {
 		l.smpIdle += now.Sub(l.prevAt)
 	}
