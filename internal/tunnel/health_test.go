@@ -1,6 +1,8 @@
 package tunnel
 
 import (
+	"bytes"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -189,9 +191,11 @@ func TestDeliveredDataKeepsALinkAlive(t *testing.T) {
 }
 
 // A FEEDBACK older than one already taken (they travel on whichever link is best, so
-// they can overtake each other) is ignored: its counters would run backwards.
+// they can overtake each other) is ignored: its counters would run backwards. It is
+// logged; the newest report's second copy, which most reports have, is not.
 func TestStaleFeedbackIsIgnored(t *testing.T) {
-	s := newSession(testSession(), metrics.New(), discard, 1, func([]byte) {})
+	var log bytes.Buffer
+	s := newSession(testSession(), metrics.New(), slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})), 1, func([]byte) {})
 	l := s.addLink(LinkSpec{ID: 0, Name: "cable"}, func(*link, []byte) error { return nil })
 	now := time.Unix(1000, 0)
 	report := func(peerTime, pkts uint32) {
@@ -199,9 +203,16 @@ func TestStaleFeedbackIsIgnored(t *testing.T) {
 	}
 	report(100_000, 10)
 	report(200_000, 30)
+	report(200_000, 30) // its copy on a second link: no news, and no line
+	if strings.Contains(log.String(), "stale FEEDBACK") {
+		t.Errorf("the second copy of the newest report was logged as stale:\n%s", log.String())
+	}
 	report(150_000, 20) // overtaken on the way
 	if got := l.prevReport.RxPackets; got != 30 {
 		t.Fatalf("after a stale report the link's last report counts %d packets, want 30 (the newest)", got)
+	}
+	if !strings.Contains(log.String(), `msg="stale FEEDBACK ignored" peer="" session=1 peer_time_us=150000 newest_us=200000`) {
+		t.Errorf("the overtaken report was not logged as stale:\n%s", log.String())
 	}
 	report(300_000, 50)
 	if c := l.est.Capacity(); c > 10e6 {
