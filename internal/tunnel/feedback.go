@@ -305,17 +305,24 @@ func oweTogether(links []*link) {
 
 // logOwed logs, at debug level, what a report that showed nothing new on any link
 // owed on each: how the links' silence is judged when all the busy ones die at once.
+// Not when it owed nothing anywhere: an idle bond's every report (ten lines a second
+// in the lab's debug logs between transfers, which said nothing).
 func (s *Session) logOwed(links []*link) {
 	if !s.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
 	}
 	var attrs []any
+	owed := false
 	for _, l := range links {
 		if l != nil {
-			attrs = append(attrs, l.spec.Name, fmt.Sprintf("behind=%d owing=%v", l.behind(), l.owes()))
+			behind, owes := l.behind(), l.owes()
+			owed = owed || behind > 0 || owes
+			attrs = append(attrs, l.spec.Name, fmt.Sprintf("behind=%d owing=%v", behind, owes))
 		}
 	}
-	s.log.Debug("FEEDBACK shows nothing new on any link", attrs...)
+	if owed {
+		s.log.Debug("FEEDBACK shows nothing new on any link", attrs...)
+	}
 }
 
 // bondLoaded tells whether every link that carried data in these samples (at least

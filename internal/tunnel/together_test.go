@@ -1,6 +1,9 @@
 package tunnel
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,6 +118,30 @@ func (r *togetherRig) step(sent, arrived perLink, alive ...*link) {
 		if _, seen := r.suspect[l]; !seen && doubted {
 			r.suspect[l] = r.now
 		}
+	}
+}
+
+// A report that shows nothing new on any link is logged with what each link owes,
+// which is how the doubt about primaries that died together is read from a log; an idle
+// bond's reports, owing nothing, are not.
+func TestNothingNewIsLoggedOnlyWithSomethingOwed(t *testing.T) {
+	r := newTogetherRig(t)
+	var log bytes.Buffer
+	r.s.log = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	for range 10 { // half a second idle
+		r.step(perLink{}, perLink{}, r.dsl, r.cable, r.lte)
+	}
+	if strings.Contains(log.String(), "nothing new on any link") {
+		t.Errorf("an idle bond's reports were logged:\n%s", log.String())
+	}
+	for range 20 { // a second of a flow, all arriving
+		r.step(both(1), both(2), r.dsl, r.cable, r.lte)
+	}
+	for range 6 { // the primaries die; the flow sends into the death
+		r.step(both(1), both(0), r.lte)
+	}
+	if !strings.Contains(log.String(), `msg="FEEDBACK shows nothing new on any link"`) || !strings.Contains(log.String(), "owing=true") {
+		t.Errorf("the reports after the primaries died, owing on them, were not logged:\n%s", log.String())
 	}
 }
 
