@@ -305,8 +305,8 @@ func oweTogether(links []*link) {
 
 // logOwed logs, at debug level, what a report that showed nothing new on any link
 // owed on each: how the links' silence is judged when all the busy ones die at once.
-// Not when it owed nothing anywhere: an idle bond's every report (ten lines a second
-// in the lab's debug logs between transfers, which said nothing).
+// Not when no link lagged behind (a link that owes does): an idle bond's every report
+// (ten lines a second in the lab's debug logs between transfers, which said nothing).
 func (s *Session) logOwed(links []*link) {
 	if !s.log.Enabled(context.Background(), slog.LevelDebug) {
 		return
@@ -315,9 +315,9 @@ func (s *Session) logOwed(links []*link) {
 	owed := false
 	for _, l := range links {
 		if l != nil {
-			behind, owes := l.behind(), l.owes()
-			owed = owed || behind > 0 || owes
-			attrs = append(attrs, l.spec.Name, fmt.Sprintf("behind=%d owing=%v", behind, owes))
+			behind := l.behind()
+			owed = owed || behind > 0
+			attrs = append(attrs, l.spec.Name, fmt.Sprintf("behind=%d owing=%v", behind, l.owes()))
 		}
 	}
 	if owed {

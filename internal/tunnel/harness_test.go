@@ -533,6 +533,12 @@ func newFailureLog(t *testing.T) *failureLog {
 	return l
 }
 
+// debugLog is a logger that writes every line, debug ones included, to buf: for tests
+// that read what was logged.
+func debugLog(buf *bytes.Buffer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
 // logger is one daemon's view of the log: discard when there is none.
 func (l *failureLog) logger(side string) *slog.Logger {
 	if l == nil {

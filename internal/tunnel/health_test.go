@@ -2,7 +2,6 @@ package tunnel
 
 import (
 	"bytes"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -195,7 +194,7 @@ func TestDeliveredDataKeepsALinkAlive(t *testing.T) {
 // logged; the newest report's second copy, which most reports have, is not.
 func TestStaleFeedbackIsIgnored(t *testing.T) {
 	var log bytes.Buffer
-	s := newSession(testSession(), metrics.New(), slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})), 1, func([]byte) {})
+	s := newSession(testSession(), metrics.New(), debugLog(&log), 1, func([]byte) {})
 	l := s.addLink(LinkSpec{ID: 0, Name: "cable"}, func(*link, []byte) error { return nil })
 	now := time.Unix(1000, 0)
 	report := func(peerTime, pkts uint32) {

@@ -700,9 +700,9 @@ func (l *link) noteReport(n uint32) {
 // highest is the highest link sequence number it shows received, lastSent the last one
 // sent on the link. While more was sent on the link after that packet, the peer may
 // have received it after the report was made, so the link may have carried right up
-// to then: now. Once every packet sent on it has
-// arrived, the link carried nothing after the last of them, and a report that came a
-// period or more later dates that too late. In a run of the lab's standby scenario a
+// to then: now. Once every packet sent on it has arrived, the link carried nothing
+// after the last of them, and a report that came a period or more later dates that
+// too late. In a run of the lab's standby scenario a
 // TCP flow stalled when its ACKs died with the primaries; its last packets arrived
 // 12 and 63 ms after the outage, the report that showed them came at 118 ms, and the
 // peer's first copies, at 202 ms, found the primaries silent for 84 ms, too short for

@@ -2,7 +2,6 @@ package tunnel
 
 import (
 	"bytes"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -127,7 +126,7 @@ func (r *togetherRig) step(sent, arrived perLink, alive ...*link) {
 func TestNothingNewIsLoggedOnlyWithSomethingOwed(t *testing.T) {
 	r := newTogetherRig(t)
 	var log bytes.Buffer
-	r.s.log = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r.s.log = debugLog(&log)
 	for range 10 { // half a second idle
 		r.step(perLink{}, perLink{}, r.dsl, r.cable, r.lte)
 	}
