@@ -65,6 +65,103 @@ func TestLinkDelayEstimatesAreExported(t *testing.T) {
 	check("two reports", m.LinkJitter, "jitter", map[string]time.Duration{"dsl": 1875 * time.Microsecond, "lte": 5625 * time.Microsecond})
 }
 
+// A link's floor comes from its probes too (rxAccount.probeSample): a report period
+// without data carries the least delay of the probes that arrived in it, and the
+// sender takes that for the link's floor, nothing more. In the lab's homogeneous
+// upload a link's first data met a queue, its floor stood 3.3 ms above the others',
+// the headend's scheduler never tied it with them and sent it no ACK, so no data came
+// to lower its floor: every ACK went on one link for the whole transfer.
+func TestProbesLowerAnIdleLinksFloor(t *testing.T) {
+	var a rxAccount
+	a.probeSample(5000)
+	a.probeSample(4000)
+	if got := a.report(0).OWDMinMicros; got != 4000 {
+		t.Errorf("a period with two probes, no data: least delay %d µs, want the lower probe's 4000", got)
+	}
+	a.account(&wire.Header{LinkSeq: 1}, 100, 7000, time.Unix(0, 0), true)
+	a.probeSample(3000)
+	if got := a.report(0).OWDMinMicros; got != 7000 {
+		t.Errorf("a period with data and a probe: least delay %d µs, want the data's 7000 (its queue)", got)
+	}
+	if got := a.report(0).OWDMinMicros; got != 0 {
+		t.Errorf("an empty period: least delay %d µs, want 0 (none)", got)
+	}
+
+	m := metrics.New()
+	cfg := testSession()
+	cfg.Peer = "cpe1"
+	s := newSession(cfg, m, discard, 1, func([]byte) {})
+	t.Cleanup(s.close)
+	drop := func(*link, []byte) error { return nil }
+	first := s.addLink(LinkSpec{ID: 0, Name: "eth1"}, drop)
+	s.addLink(LinkSpec{ID: 1, Name: "eth2"}, drop)
+	now := time.Now()
+	var rx [2]uint32
+	// eth1's last data packet came 2 ms above its period's least: the last delay a
+	// report without data repeats (rxAccount.report).
+	report := func(i int, firstOWD int32, firstData bool) {
+		rx[1] += 20
+		r := wire.LinkReport{LinkID: 0, RxPackets: rx[0], RxBytes: uint64(rx[0]) * 100, HighestLinkSeq: rx[0],
+			OWDMinMicros: firstOWD, OWDLastMicros: 15_300}
+		if firstData {
+			rx[0] += 20
+			r.RxPackets, r.RxBytes, r.HighestLinkSeq = rx[0], uint64(rx[0])*100, rx[0]
+		}
+		s.onFeedback(now.Add(time.Duration(i)*100*time.Millisecond), uint32(i)*100_000, wire.FeedbackBody{Counter: uint64(i), Links: []wire.LinkReport{
+			r,
+			{LinkID: 1, RxPackets: rx[1], RxBytes: uint64(rx[1]) * 100, HighestLinkSeq: rx[1], OWDMinMicros: 10_000, OWDLastMicros: 10_000},
+		}})
+	}
+	base := func() time.Duration {
+		s.refreshSchedule()
+		return time.Duration(math.Round(gauge(m.LinkBaseDelay.WithLabelValues("cpe1", "eth1")) * 1e9))
+	}
+	report(1, 13_300, true) // eth1's first data queued 3.3 ms
+	report(2, 13_300, true)
+	if got := base(); got != 3300*time.Microsecond {
+		t.Fatalf("setup: eth1's base delay after its queued data is %v, want 3.3ms", got)
+	}
+	jitter := gauge(m.LinkJitter.WithLabelValues("cpe1", "eth1"))
+	report(3, 10_000, false) // then no data on it, a probe at the floor
+	if got := base(); got != 0 {
+		t.Errorf("eth1's base delay after a probe at eth2's floor is %v, want 0", got)
+	}
+	if got := gauge(m.LinkJitter.WithLabelValues("cpe1", "eth1")); got != jitter {
+		t.Errorf("a probe-only report moved eth1's jitter from %v to %v s", jitter, got)
+	}
+	if smp, ok := first.onFeedback(now.Add(400*time.Millisecond), 400_000, wire.LinkReport{LinkID: 0, RxPackets: rx[0], RxBytes: uint64(rx[0]) * 100,
+		HighestLinkSeq: rx[0], OWDMinMicros: 10_000, OWDLastMicros: 15_300}, true); smp.HaveQueue && smp.Packets == 0 {
+		t.Errorf("a sample with no data has a queue from a probe: %+v (ok %v)", smp, ok)
+	}
+}
+
+// With no data sent at all, every link of an idle bond has its floor, on both sides,
+// from the probes alone.
+func TestAnIdleBondMeasuresEveryLinksFloor(t *testing.T) {
+	p := newPeer(t, "cpe1", "10.0.0.2")
+	b := newBed(t, p)
+	n := b.startCPE(p, 2, 0)
+	b.waitReady(n)
+	floors := func(s *Session) bool {
+		for _, l := range s.allLinks() {
+			if _, ok := l.peerOWDFloor(); !ok {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, "every link's floor on both sides, from probes", func() bool {
+		return floors(n.c.session.Load()) && floors(b.session(p.name))
+	})
+	for _, s := range []*Session{n.c.session.Load(), b.session(p.name)} {
+		for _, l := range s.allLinks() {
+			if sent := l.txData.Load(); sent != 0 {
+				t.Errorf("setup: %s sent %d bytes of data on %s; the floors were to come from probes alone", s.cfg.Peer, sent, l.spec.Name)
+			}
+		}
+	}
+}
+
 // A sample's losses are the gaps the peer found in the link's sequence, not what we
 // sent less what arrived: what we sent after the peer's cut is in flight, and counted
 // as lost it made a flow's first window look like drops (estimate.Sample.Lost).

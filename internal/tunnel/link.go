@@ -184,6 +184,7 @@ type rxAccount struct {
 	seenAny     bool
 	lost        uint32
 	owdMin      int32 // µs, minimum in the current report period
+	probeMin    int32 // µs, the current report period's least probe delay (probeSample)
 	owdLast     int32
 	owdFloor    int32 // µs, long-term minimum (base one-way delay incl. clock offset)
 	floorSet    bool
@@ -306,6 +307,22 @@ func (a *rxAccount) owdSample(owd int32) {
 	}
 }
 
+// probeSample records the one-way delay (µs) of a probe that arrived on the link. A
+// report period in which no data arrived reports the least of them (report): a link
+// that carries no data still has its base one-way delay measured. Its floor was taken
+// from data alone, so a link whose first packets met a queue kept a floor milliseconds
+// too high until data came again, and the scheduler, which compares the links' floors,
+// sent it none: in the lab's homogeneous upload the headend put every ACK on one link
+// for the whole transfer, and probed the other two every interval (their replies were
+// 1.6 kB/s of the upload).
+func (a *rxAccount) probeSample(owd int32) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.probeMin == 0 || owd < a.probeMin {
+		a.probeMin = owd
+	}
+}
+
 // addDelivered adds what the fast path delivered on the link since the last look. The
 // kernel counts inner bytes; perPacket is what each packet carried besides (the aggd
 // header and the outer IP and UDP headers), so that its bytes count as account's do.
@@ -347,7 +364,9 @@ func (a *rxAccount) settleLoss() uint32 {
 	return inc
 }
 
-// report snapshots the link for a FEEDBACK message and starts a new report period.
+// report snapshots the link for a FEEDBACK message and starts a new report period. Its
+// least one-way delay is the data's, or the probes' in a period without data (the peer
+// takes that one for the link's floor only: link.onFeedback).
 func (a *rxAccount) report(id uint8) wire.LinkReport {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -356,7 +375,10 @@ func (a *rxAccount) report(id uint8) wire.LinkReport {
 		HighestLinkSeq: a.highLinkSeq, Lost: a.lost,
 		OWDMinMicros: a.owdMin, OWDLastMicros: a.owdLast,
 	}
-	a.owdMin = 0
+	if r.OWDMinMicros == 0 {
+		r.OWDMinMicros = a.probeMin
+	}
+	a.owdMin, a.probeMin = 0, 0
 	return r
 }
 
@@ -790,8 +812,8 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 	l.reportMetrics(now, r)
 	gap := now.Sub(l.prevAt) // since the link's last report
 	lastSent := l.sentLinkSeq()
+	progress := r.RxPackets != l.prevReport.RxPackets // data arrived since the last report
 	if !l.prevAt.IsZero() {
-		progress := r.RxPackets != l.prevReport.RxPackets
 		if progress {
 			l.lastDelivered = l.arrivalLocked(now, r.HighestLinkSeq, lastSent)
 		}
@@ -803,15 +825,19 @@ func (l *link) onFeedback(now time.Time, peerTime uint32, r wire.LinkReport, oth
 		}
 	}
 	l.quiet.mark(now, l.txPkts.Load(), lastSent)
-	if l.smpStarted && r.RxPackets == l.prevReport.RxPackets {
+	if l.smpStarted && !progress {
 		l.smpIdle += now.Sub(l.prevAt)
 	}
 	if !l.prevAt.IsZero() {
 		l.noteReport(r.RxPackets - l.prevReport.RxPackets)
 	}
 	l.prevReport, l.prevAt = r, now
-	if r.OWDMinMicros != 0 { // owdMin is per report period: set only if data arrived in it
+	if r.OWDMinMicros != 0 { // per report period: the data's, or the probes' if none came
 		l.updateFloor(now, r.OWDMinMicros)
+	}
+	// A probe's delay is the link's floor and nothing more: an idle link's samples
+	// have no queue (Estimator.Update), and its lone probes are no measure of jitter.
+	if r.OWDMinMicros != 0 && progress {
 		if !l.smpHaveOWD || r.OWDMinMicros < l.smpMinOWD {
 			l.smpMinOWD, l.smpHaveOWD = r.OWDMinMicros, true
 		}

@@ -894,6 +894,9 @@ func (s *Session) learnLink(id uint8) *link {
 func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now time.Time, rxStamp int64) {
 	switch body := msg.Body.(type) {
 	case wire.ProbeBody:
+		// Timed before the reply goes out, as a data packet is when it is read.
+		owd := s.owd.rel(clock.Micros32(clock.Nanos()) - h.Timestamp)
+		l.rx.probeSample(owd)
 		reply := wire.ProbeReplyBody{Counter: s.txCtrl.Add(1), EchoTimestamp: h.Timestamp, EchoLinkID: h.LinkID}
 		if body.Train() {
 			reply.Train, reply.Arrival = true, clock.Micros32(rxMonotonic(rxStamp))
@@ -905,7 +908,7 @@ func (s *Session) handleControl(l *link, h *wire.Header, msg wire.Message, now t
 		nanos := clock.Nanos()
 		var gap rxGap
 		if s.fp == nil { // with a fast path the daemon does not see all the link's data
-			gap = l.rx.behindProbe(h.LinkSeq, s.owd.rel(clock.Micros32(nanos)-h.Timestamp), now)
+			gap = l.rx.behindProbe(h.LinkSeq, owd, now)
 			if gap.lost > 0 {
 				l.m.lost.Add(float64(gap.lost))
 			}
