@@ -51,7 +51,12 @@
 /* A HANDSHAKE_INIT that ends with a mac2 (the sender proves its address with
  * a cookie the headend sent it); on any other type it is bad_flags. */
 #define AGGD_FLAG_MAC2 0x02
-#define AGGD_FLAGS_KNOWN (AGGD_FLAG_DUPLICATE | AGGD_FLAG_MAC2)
+/* A DATA packet of a sparse flow, which the receiver may deliver ahead of a
+ * gap (internal/wire.FlagSparse); on any other type it is bad_flags. The
+ * kernel's transmit program never sets it; its receive program hands such a
+ * packet to the daemon like any other out of order. */
+#define AGGD_FLAG_SPARSE 0x04
+#define AGGD_FLAGS_KNOWN (AGGD_FLAG_DUPLICATE | AGGD_FLAG_MAC2 | AGGD_FLAG_SPARSE)
 
 /* Link ID 255 is reserved (never a real uplink). */
 #define AGGD_LINK_ID_RESERVED 255
@@ -169,6 +174,8 @@ static __always_inline enum aggd_reason aggd_hdr_check(const struct aggd_hdr *h)
 	if (h->flags & ~AGGD_FLAGS_KNOWN)
 		return AGGD_REASON_BAD_FLAGS;
 	if ((h->flags & AGGD_FLAG_MAC2) && type != AGGD_TYPE_HANDSHAKE_INIT)
+		return AGGD_REASON_BAD_FLAGS;
+	if ((h->flags & AGGD_FLAG_SPARSE) && type != AGGD_TYPE_DATA)
 		return AGGD_REASON_BAD_FLAGS;
 	return AGGD_REASON_NONE;
 }

@@ -74,6 +74,13 @@ type Reorder struct {
 	// (userspace datapath; BENCHMARKS.md, "Loss repair without the wait"). On by
 	// default.
 	LossRepair bool `yaml:"loss_repair"`
+	// SparseFlows marks the packets this end sends of flows that send sparsely (a ping,
+	// a DNS query, a game's or a call's packets further apart than the links' largest
+	// RTT), so that the peer delivers them at once rather than behind the bond's
+	// reordering of a bulk transfer (wire.FlagSparse). On by default; an aggd from before
+	// 2026-12-08 drops such packets (bad_flags), so turn it off on this end while the
+	// peer runs one.
+	SparseFlows bool `yaml:"sparse_flows"`
 }
 
 // AQM sets the standing queue the bond tolerates before it drops (or marks) at its entry
@@ -182,7 +189,7 @@ func defaultAQM() AQM {
 }
 
 func defaultReorder() Reorder {
-	return Reorder{MaxHold: defaultMaxHold, MaxBuffer: defaultMaxBuffer, LossRepair: true}
+	return Reorder{MaxHold: defaultMaxHold, MaxBuffer: defaultMaxBuffer, LossRepair: true, SparseFlows: true}
 }
 func defaultProbe() Probe {
 	return Probe{Interval: defaultProbeInterval, DownAfter: defaultDownAfter, StandbyInterval: defaultStandbyProbeInterval}

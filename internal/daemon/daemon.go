@@ -286,7 +286,7 @@ func tryFastPath(log *slog.Logger, wanted bool, port uint16, tunName string, mtu
 
 func sessionConfig(peer string, r config.Reorder, p config.Probe, a config.AQM) tunnel.SessionConfig {
 	return tunnel.SessionConfig{
-		Peer: peer, MaxHold: r.MaxHold, MaxBuffer: int(r.MaxBuffer), LossRepair: r.LossRepair,
+		Peer: peer, MaxHold: r.MaxHold, MaxBuffer: int(r.MaxBuffer), LossRepair: r.LossRepair, SparseFlows: r.SparseFlows,
 		Probe: p.Interval, DownAfter: p.DownAfter, StandbyProbe: p.StandbyInterval,
 		AQMTarget: a.Target, AQMMaxTarget: a.MaxTarget, AQMECN: a.ECN,
 	}

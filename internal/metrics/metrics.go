@@ -54,6 +54,8 @@ type Set struct {
 	Duplicates     *prometheus.CounterVec
 	LatePackets    *prometheus.CounterVec
 	LateCopies     *prometheus.CounterVec
+	SparseSent     *prometheus.CounterVec
+	SparseAhead    *prometheus.CounterVec
 	ReorderSkips   *prometheus.CounterVec
 	AQMDrops       *prometheus.CounterVec
 	AQMMarks       *prometheus.CounterVec
@@ -175,7 +177,12 @@ func New() *Set {
 	s.RepairUnavailable = counterVec("repair_unavailable_packets_total", "Data packets the peer asked for that could not be sent again (no longer kept, "+
 		"or too long for the kernel fast path to keep) and were named in a loss notice instead.", []string{"peer"})
 	s.LateCopies = counterVec("reorder_late_copies_delivered_total", "Redundant copies delivered out of order because the resequencer had given their "+
-		"sequence number up before they came (their original was lost): copies of what a link in doubt had in flight come behind later packets.", []string{"peer"})
+		"sequence number up before they came (their original was lost): copies of what a link in doubt had in flight come behind later packets. "+
+		"Late packets of sparse flows are delivered so too, and counted here.", []string{"peer"})
+	s.SparseSent = counterVec("sparse_sent_packets_total", "Data packets sent marked sparse: their flow's previous packet left at least the links' "+
+		"largest RTT before, so the peer may deliver them ahead of the bond's reordering (a ping, a DNS query beside a bulk transfer).", []string{"peer"})
+	s.SparseAhead = counterVec("reorder_sparse_ahead_total", "Packets of sparse flows the resequencer delivered at once, ahead of a gap in front of them "+
+		"(no packet of their flow was held).", []string{"peer"})
 	s.UplinkEvents = counterVec("uplink_events_total", "Changes netlink reported on the CPE's uplinks, by kind (carrier_lost, carrier_back, address_added, address_removed, route_changed, created, mtu_changed).", []string{"link", "kind"})
 	s.SocketWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "aggd", Name: "socket_receive_wait_seconds",
@@ -220,7 +227,7 @@ func New() *Set {
 		s.LinkCapacity, s.LinkQueueDelay, s.LinkBaseDelay, s.LinkJitter, s.LinkInfo, s.LinkMTU,
 		s.Sessions, s.PeerSession, s.Handshakes, s.CookieReplies, s.ReorderHeld, s.ReorderHold, s.ReorderHoldNow, s.ReorderLost,
 		s.Duplicates, s.LatePackets, s.ReorderStretches, s.ReorderSkips, s.AQMDrops, s.AQMMarks, s.AQMTakenBack, s.AQMECTDrops, s.SocketDrops, s.SocketWait, s.Drops, s.TunnelTxPacket, build,
-		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.UplinkEvents, s.ControlTxBytes, s.ControlTxPackets, s.ControlLoopLate, s.FallbackDirect, s.FallbackTransitions,
+		s.LossNoticeSent, s.LossNoticeReceived, s.Rescued, s.RepairRequested, s.RepairResent, s.RepairUnavailable, s.LateCopies, s.SparseSent, s.SparseAhead, s.UplinkEvents, s.ControlTxBytes, s.ControlTxPackets, s.ControlLoopLate, s.FallbackDirect, s.FallbackTransitions,
 		s.DataUsed, s.DataCap, s.DataCapReached, s.DataPeriodEnd, s.MetricsConnsClosed,
 	}
 	s.Registry.MustRegister(s.own...)

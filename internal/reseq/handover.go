@@ -17,10 +17,13 @@ import "fmt"
 // even be told to be behind or ahead). Restart forgets both.
 
 // Empty reports whether the resequencer holds nothing: no packet waits in
-// the buffer and no loss notice marks a number ahead. Only then may the
-// ordering go back to the kernel: the kernel continues at Next and knows
-// nothing of held packets or loss markers.
-func (r *Resequencer) Empty() bool { return r.ring.held == 0 && r.ring.marked == 0 }
+// the buffer, no loss notice marks a number ahead and no sparse packet was
+// delivered ahead. Only then may the ordering go back to the kernel: the
+// kernel continues at Next and knows nothing of held packets, loss markers or
+// numbers already delivered.
+func (r *Resequencer) Empty() bool {
+	return r.ring.held == 0 && r.ring.marked == 0 && r.ring.passed == 0
+}
 
 // Next returns the first sequence number not yet delivered or skipped.
 func (r *Resequencer) Next() uint32 { return r.next }
@@ -41,7 +44,7 @@ func (r *Resequencer) Restart(next uint32) {
 	for i := range r.ring.slots {
 		r.ring.slots[i] = slot{}
 	}
-	r.ring.head, r.ring.tail, r.ring.marked = none, none, 0
+	r.ring.head, r.ring.tail, r.ring.marked, r.ring.passed = none, none, 0, 0
 	r.next = next
 	r.hist = history{}
 	r.ev.forget()

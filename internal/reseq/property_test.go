@@ -16,11 +16,13 @@ import (
 // hold timer fires exactly at the resequencer's deadlines.
 
 type simEvent struct {
-	at    int64
-	order int // emission order: keeps each link FIFO when arrival times tie
-	kind  simKind
-	link  uint8
-	seq   uint32 // data: the sequence number; probe: the watermark; notice: the start
+	at     int64
+	order  int // emission order: keeps each link FIFO when arrival times tie
+	kind   simKind
+	link   uint8
+	seq    uint32 // data: the sequence number; probe: the watermark; notice: the start
+	flow   uint8  // data: the flow (0: bulk)
+	sparse bool   // data: marked sparse
 }
 
 type simKind uint8
@@ -42,10 +44,15 @@ type simParams struct {
 	// dieAt > 0: link 2 goes silent from that packet on (it stays in the session);
 	// the sender notices and stops using it 2000 packets later.
 	dieAt int
+	// sparseEvery > 0: every sparseEvery-th packet is of a second flow, whose packets
+	// the sender marks sparse (PushSparse) when the flow's previous one was sent
+	// maxDelay or more before; the others are of the bulk flow.
+	sparseEvery int
 }
 
 type simResult struct {
 	delivered []uint32
+	flows     []uint8         // each delivered packet's flow
 	arrived   map[uint32]bool // sequence numbers with at least one copy arriving
 	arrivals  int             // data packets pushed
 	stats     Stats
@@ -68,13 +75,16 @@ func simulate(t *testing.T, seed uint64, p simParams) simResult {
 	res := simResult{arrived: map[uint32]bool{}}
 	dead := func(i int) bool { return p.dieAt > 0 && i >= p.dieAt }
 	var i int // the packet being sent
+	var flow uint8
+	var sparse bool
+	lastOfFlow := int64(-1 << 62) // when the second flow last sent
 	emit := func(sent int64, kind simKind, link uint8, seq uint32) bool {
 		if rng.Float64() < p.loss || (link == 2 && dead(i)) {
 			return false
 		}
 		at := max(sent+base[link]+rng.Int64N(jitterMax+1), lastArrival[link]) // FIFO per link
 		lastArrival[link] = at
-		events = append(events, simEvent{at: at, order: len(events), kind: kind, link: link, seq: seq})
+		events = append(events, simEvent{at: at, order: len(events), kind: kind, link: link, seq: seq, flow: flow, sparse: sparse})
 		return true
 	}
 	for i = 0; i < p.packets; i++ {
@@ -85,6 +95,11 @@ func simulate(t *testing.T, seed uint64, p simParams) simResult {
 			inUse = links - 1 // link 2 is the last one
 		}
 		link := uint8(rng.IntN(inUse))
+		flow, sparse = 0, false
+		if p.sparseEvery > 0 && i%p.sparseEvery == 0 {
+			flow, sparse = 1, sent-lastOfFlow >= p.maxDelay
+			lastOfFlow = sent
+		}
 		arrived := emit(sent, simData, link, seq)
 		if rng.Float64() < p.dupProb {
 			other := (link + 1 + uint8(rng.IntN(inUse-1))) % uint8(inUse)
@@ -98,6 +113,7 @@ func simulate(t *testing.T, seed uint64, p simParams) simResult {
 				events = append(events, simEvent{at: sent + rng.Int64N(p.maxDelay), order: len(events), kind: simNotice, seq: seq})
 			}
 		}
+		flow, sparse = 0, false
 		if i%50 == 49 {
 			for l := range uint8(links) {
 				emit(sent, simProbe, l, seq+1)
@@ -121,8 +137,13 @@ func simulate(t *testing.T, seed uint64, p simParams) simResult {
 	r := New(p.cfg, p.start)
 	r.SetLinks([]uint8{0, 1, 2})
 	r.SetHold(p.hold)
-	deliver := func(b []byte) { res.delivered = append(res.delivered, binary.BigEndian.Uint32(b)) }
+	deliver := func(b []byte) {
+		res.delivered = append(res.delivered, binary.BigEndian.Uint32(b[28:]))
+		res.flows = append(res.flows, b[21]) // the UDP source port's low byte
+	}
 	payload := make([]byte, 200)
+	payload[0], payload[9] = 0x45, 17 // IPv4, UDP: a flow the resequencer can name
+	binary.BigEndian.PutUint16(payload[2:], uint16(len(payload)))
 	for _, ev := range events {
 		for { // the hold timer, fired at its exact deadline
 			d, ok := r.NextDeadline()
@@ -133,8 +154,13 @@ func simulate(t *testing.T, seed uint64, p simParams) simResult {
 		}
 		switch ev.kind {
 		case simData:
-			binary.BigEndian.PutUint32(payload, ev.seq)
-			r.Push(ev.at, ev.seq, ev.link, payload, deliver)
+			binary.BigEndian.PutUint32(payload[28:], ev.seq)
+			payload[21] = ev.flow
+			if ev.sparse {
+				r.PushSparse(ev.at, ev.seq, ev.link, payload, deliver)
+			} else {
+				r.Push(ev.at, ev.seq, ev.link, payload, deliver)
+			}
 			res.arrivals++
 		case simProbe:
 			r.Watermark(ev.at, ev.link, ev.seq, deliver)
@@ -150,24 +176,35 @@ func simulate(t *testing.T, seed uint64, p simParams) simResult {
 	return res
 }
 
-// checkSafety asserts what must hold whatever the timing: order, no duplicates,
-// and that every number and every arrival is accounted for.
+// checkSafety asserts what must hold whatever the timing: order within each flow
+// (across flows too without sparse packets), no duplicates, and that every number and
+// every arrival is accounted for.
 func checkSafety(t *testing.T, p simParams, res simResult) {
 	t.Helper()
 	st := res.stats
+	lastOf := map[uint8]uint32{}
+	seen := map[uint32]bool{}
 	for i, q := range res.delivered {
 		if d := q - p.start; d >= uint32(p.packets) {
 			t.Fatalf("delivered %d, never sent", q)
 		}
-		if i > 0 && int32(q-res.delivered[i-1]) <= 0 {
+		if seen[q] {
+			t.Fatalf("delivered %d twice", q)
+		}
+		seen[q] = true
+		if last, ok := lastOf[res.flows[i]]; ok && int32(q-last) <= 0 {
+			t.Fatalf("flow %d: delivered %d after %d", res.flows[i], q, last)
+		}
+		lastOf[res.flows[i]] = q
+		if p.sparseEvery == 0 && i > 0 && int32(q-res.delivered[i-1]) <= 0 {
 			t.Fatalf("delivered %d after %d", q, res.delivered[i-1])
 		}
 		if !res.arrived[q] {
 			t.Fatalf("delivered %d, which never arrived", q)
 		}
 	}
-	if st.Delivered != uint64(len(res.delivered)) {
-		t.Fatalf("Delivered = %d, but %d were delivered", st.Delivered, len(res.delivered))
+	if st.Delivered+st.LateCopies != uint64(len(res.delivered)) {
+		t.Fatalf("Delivered = %d and LateCopies = %d, but %d were delivered", st.Delivered, st.LateCopies, len(res.delivered))
 	}
 	if st.Delivered+st.Lost != uint64(p.packets) {
 		t.Fatalf("delivered %d + lost %d != %d sent", st.Delivered, st.Lost, p.packets)
@@ -175,7 +212,7 @@ func checkSafety(t *testing.T, p simParams, res simResult) {
 	if st.EvidenceSkips+st.TimeoutSkips+st.NoticeSkips+st.OverflowSkips != st.Lost {
 		t.Fatalf("skips by reason do not add up to Lost: %+v", st)
 	}
-	if got := st.Delivered + st.Duplicates + st.Late + st.Stale + st.Bogus; got != uint64(res.arrivals) {
+	if got := st.Delivered + st.LateCopies + st.Duplicates + st.Late + st.Stale + st.Bogus; got != uint64(res.arrivals) {
 		t.Fatalf("%d arrivals but %d accounted for: %+v", res.arrivals, got, st)
 	}
 	if st.HeldPackets != 0 || st.HeldBytes != 0 {
@@ -206,6 +243,31 @@ func TestPropertyRandomLinks(t *testing.T) {
 				t.Fatalf("the run did not exercise evidence, notices, timeouts, duplicates and holding: %+v", st)
 			}
 		})
+	}
+}
+
+func TestPropertySparseFlowBesideABulkOne(t *testing.T) {
+	// A sparse flow beside the bulk one: its marked packets pass the bulk's gaps, yet
+	// each flow stays in order, nothing is delivered twice, and everything is counted.
+	p := simParams{
+		packets: 20000, start: 0xffffffff - 7000,
+		loss: 0.05, dupProb: 0.1,
+		maxDelay:    40 * ms,
+		hold:        60 * ms,
+		dieAt:       12000,
+		sparseEvery: 97, // 9.7 ms apart: never marked; 401 and 1009: always
+	}
+	for _, every := range []int{97, 401, 1009} {
+		p.sparseEvery = every
+		for seed := range uint64(6) {
+			t.Run(fmt.Sprint("every", every, "seed", seed), func(t *testing.T) {
+				res := simulate(t, seed, p)
+				checkSafety(t, p, res)
+				if every > 400 && res.stats.Ahead == 0 {
+					t.Fatalf("no sparse packet passed a gap: %+v", res.stats)
+				}
+			})
+		}
 	}
 }
 

@@ -68,8 +68,9 @@ type Config struct {
 // Delivered, LateCopies, Duplicates, Late, Stale or Bogus (once nothing is held any
 // more).
 type Stats struct {
-	Delivered     uint64 // packets handed to deliver, in order
-	LateCopies    uint64 // copies handed to deliver after their number was skipped (PushCopy)
+	Delivered     uint64 // packets handed to deliver, in order or (Ahead) just ahead of a gap
+	Ahead         uint64 // of those, sparse packets delivered ahead of a gap (PushSparse)
+	LateCopies    uint64 // copies and sparse packets handed to deliver after their number was skipped (PushCopy, PushSparse)
 	Held          uint64 // of those, how many had to wait in the buffer
 	HoldTimeNsSum uint64 // total time held packets waited, ns
 	Duplicates    uint64 // already delivered or already held: dropped
@@ -117,6 +118,7 @@ type Resequencer struct {
 	ev        evidence
 	hist      history
 	stretch   stretch
+	flows     heldFlows
 
 	stats Stats
 }
@@ -206,7 +208,7 @@ func (r *Resequencer) Push(now int64, seq uint32, link uint8, pkt []byte, delive
 	switch {
 	case d == 0:
 		r.deliverDirect(pkt, deliver)
-	case r.ring.stateAt(r.next, seq) == held:
+	case r.resolvedAhead(seq):
 		r.stats.Duplicates++ // still evidence about its link, below
 	default:
 		r.store(seq, pkt, deliver)
@@ -225,14 +227,65 @@ func (r *Resequencer) Push(now int64, seq uint32, link uint8, pkt []byte, delive
 // another link; such a copy fills the hole if it comes in time, and comes late
 // otherwise.
 func (r *Resequencer) PushCopy(now int64, seq uint32, link uint8, pkt []byte, deliver func([]byte)) {
-	if d := int32(seq - r.next); d < 0 && r.hist.lookup(r.next, seq) == wasSkipped {
-		r.observe(now)
-		deliver(pkt)
-		r.hist.markDelivered(seq)
-		r.stats.LateCopies++
+	if r.deliveredLate(now, seq, pkt, deliver) {
 		return
 	}
 	r.Push(now, seq, link, pkt, deliver)
+}
+
+// PushSparse is Push for a packet of a sparse flow (wire.FlagSparse): its sender sent
+// the flow's previous packet long enough before it that that one has arrived or is
+// lost. Unless a packet of its flow is held here, it is delivered at once, ahead of
+// any gap before it, and its number is marked so that it is passed over, not delivered
+// again, when the gap is resolved. Late, after its number was given up, it is
+// delivered too, as a late copy is. Otherwise it is an ordinary packet.
+func (r *Resequencer) PushSparse(now int64, seq uint32, link uint8, pkt []byte, deliver func([]byte)) {
+	if r.deliveredLate(now, seq, pkt, deliver) {
+		return
+	}
+	d := int32(seq - r.next)
+	if d <= 0 || d >= Window || r.resolvedAhead(seq) || r.flows.mayHold(bucketOf(pkt)) {
+		r.Push(now, seq, link, pkt, deliver)
+		return
+	}
+	r.observe(now)
+	if seq-r.next >= r.maxSpan {
+		r.forceTo(seq-r.maxSpan+1, deliver)
+		r.drain(deliver)
+	}
+	if r.next == seq {
+		r.deliverDirect(pkt, deliver)
+	} else {
+		if r.ring.stateAt(r.next, seq) == lostMarked {
+			r.ring.marked-- // the sender gave it up, yet here it is
+		}
+		r.ring.ensure(r.next, seq-r.next, r.maxSpan)
+		deliver(pkt)
+		r.stats.Delivered++
+		r.stats.Ahead++
+		r.ring.pass(seq, r.now)
+	}
+	r.ev.note(link, seq+1, r.next)
+	r.release(deliver)
+}
+
+// deliveredLate delivers pkt if its number seq was given up and not delivered since,
+// out of order, and reports whether it did.
+func (r *Resequencer) deliveredLate(now int64, seq uint32, pkt []byte, deliver func([]byte)) bool {
+	if d := int32(seq - r.next); d >= 0 || r.hist.lookup(r.next, seq) != wasSkipped {
+		return false
+	}
+	r.observe(now)
+	deliver(pkt)
+	r.hist.markDelivered(seq)
+	r.stats.LateCopies++
+	return true
+}
+
+// resolvedAhead reports whether seq, ahead of next, is already here: held, or passed.
+func (r *Resequencer) resolvedAhead(seq uint32) bool {
+	st := r.ring.stateAt(r.next, seq)
+	return st == held || st == passed
 }
 
 // Watermark takes a probe's watermark: every data packet below next that was sent on
@@ -311,7 +364,9 @@ func (r *Resequencer) store(seq uint32, pkt []byte, deliver func([]byte)) {
 	r.ring.ensure(r.next, seq-r.next, r.maxSpan)
 	buf := r.pool.get(len(pkt))
 	copy(buf, pkt)
-	r.ring.put(seq, buf, r.now)
+	b := bucketOf(pkt)
+	r.ring.put(seq, buf, r.now, b)
+	r.flows.add(b)
 	r.heldBytes += len(buf)
 	r.stats.Held++
 }
@@ -336,6 +391,8 @@ func (r *Resequencer) drain(deliver func([]byte)) {
 			r.deliverHeld(deliver)
 		case lostMarked:
 			r.skipOne(byNotice)
+		case passed:
+			r.passOver()
 		default:
 			return
 		}
@@ -346,7 +403,7 @@ func (r *Resequencer) drain(deliver func([]byte)) {
 // limit if bounded. The caller makes sure an occupied slot or the limit exists.
 func (r *Resequencer) skipGap(why skipReason, limit uint32, bounded bool) {
 	for !(bounded && r.next == limit) && r.ring.stateAt(r.next, r.next) == empty {
-		if r.ring.held == 0 && r.ring.marked == 0 && !bounded {
+		if r.ring.held == 0 && r.ring.marked == 0 && r.ring.passed == 0 && !bounded {
 			return // nothing ahead to reach: do not skip forever
 		}
 		r.skipOne(why)
@@ -362,6 +419,8 @@ func (r *Resequencer) forceTo(target uint32, deliver func([]byte)) {
 			r.deliverHeld(deliver)
 		case lostMarked:
 			r.skipOne(byNotice)
+		case passed:
+			r.passOver()
 		default:
 			r.skipOne(byOverflow)
 		}
@@ -377,12 +436,19 @@ func (r *Resequencer) deliverDirect(pkt []byte, deliver func([]byte)) {
 
 // deliverHeld delivers the held packet at next and recycles its buffer.
 func (r *Resequencer) deliverHeld(deliver func([]byte)) {
-	buf, arrival := r.ring.take(r.next)
+	buf, arrival, b := r.ring.take(r.next)
+	r.flows.remove(b)
 	r.heldBytes -= len(buf)
 	r.stats.HoldTimeNsSum += uint64(max(r.now-arrival, 0))
 	deliver(buf)
 	r.pool.put(buf)
 	r.stats.Delivered++
+	r.advance(true)
+}
+
+// passOver moves past next, a sparse packet delivered ahead (counted then).
+func (r *Resequencer) passOver() {
+	r.ring.unpass(r.next)
 	r.advance(true)
 }
 

@@ -12,6 +12,7 @@ const (
 	empty      slotState = iota // nothing yet
 	held                        // the packet is here, waiting for the gap before it
 	lostMarked                  // a loss notice said it will never come
+	passed                      // a sparse packet, delivered ahead of the gap before it
 )
 
 // none ends the arrival list.
@@ -22,9 +23,10 @@ const minRing = 64
 
 type slot struct {
 	buf        []byte // the held packet's copy
-	arrival    int64  // when it was held
+	arrival    int64  // when it was held (or passed)
 	prev, next int32  // neighbours in the arrival list
 	state      slotState
+	bucket     uint16 // a held packet's flow bucket + 1 (0: no flow; flows.go)
 }
 
 type ring struct {
@@ -33,6 +35,7 @@ type ring struct {
 	tail   int32  // newest held slot
 	held   int    // held slots
 	marked int    // lostMarked slots
+	passed int    // passed slots
 }
 
 // stateAt returns the state of seq, which must not be before base (= next).
@@ -64,11 +67,11 @@ func (g *ring) ensure(base, d, maxSpan uint32) {
 func (g *ring) grow(base, n uint32) {
 	old := g.slots
 	oldMask := uint32(len(old) - 1)
-	ng := ring{slots: make([]slot, n), head: none, tail: none, held: g.held, marked: g.marked}
+	ng := ring{slots: make([]slot, n), head: none, tail: none, held: g.held, marked: g.marked, passed: g.passed}
 	seqOf := func(i int32) uint32 { return base + (uint32(i)-base)&oldMask }
 	for i := g.head; i != none; i = old[i].next {
 		j := ng.index(seqOf(i))
-		ng.slots[j] = slot{buf: old[i].buf, arrival: old[i].arrival, state: held}
+		ng.slots[j] = slot{buf: old[i].buf, arrival: old[i].arrival, state: old[i].state, bucket: old[i].bucket}
 		ng.link(j)
 	}
 	for i := range old {
@@ -79,23 +82,42 @@ func (g *ring) grow(base, n uint32) {
 	*g = ng
 }
 
-// put holds buf as seq, the newest arrival.
-func (g *ring) put(seq uint32, buf []byte, arrival int64) {
+// put holds buf as seq, the newest arrival, of flow bucket b (flows.go).
+func (g *ring) put(seq uint32, buf []byte, arrival int64, b uint16) {
 	i := g.index(seq)
-	g.slots[i] = slot{buf: buf, arrival: arrival, state: held}
+	g.slots[i] = slot{buf: buf, arrival: arrival, state: held, bucket: b}
 	g.link(i)
 	g.held++
 }
 
-// take removes the held packet seq and returns its buffer and arrival time.
-func (g *ring) take(seq uint32) ([]byte, int64) {
+// take removes the held packet seq and returns its buffer, arrival time and flow
+// bucket.
+func (g *ring) take(seq uint32) ([]byte, int64, uint16) {
 	i := g.index(seq)
 	s := &g.slots[i]
-	buf, arrival := s.buf, s.arrival
+	buf, arrival, b := s.buf, s.arrival, s.bucket
 	g.unlink(i)
 	*s = slot{}
 	g.held--
-	return buf, arrival
+	return buf, arrival, b
+}
+
+// pass records seq as delivered ahead of the gap before it. It joins the arrival list
+// like a held packet, so that the hold timer still gives that gap up in time: nothing
+// else may be held behind it to start the timer.
+func (g *ring) pass(seq uint32, arrival int64) {
+	i := g.index(seq)
+	g.slots[i] = slot{arrival: arrival, state: passed}
+	g.link(i)
+	g.passed++
+}
+
+// unpass clears the passed slot seq, which next has reached.
+func (g *ring) unpass(seq uint32) {
+	i := g.index(seq)
+	g.unlink(i)
+	g.slots[i] = slot{}
+	g.passed--
 }
 
 // link appends slot i to the arrival list.

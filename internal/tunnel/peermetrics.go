@@ -17,6 +17,7 @@ type peerMetrics struct {
 
 	reorderHeld, reorderLost, reorderHold prometheus.Counter
 	duplicates, latePackets, lateCopies   prometheus.Counter
+	sparseSent, sparseAhead               prometheus.Counter
 	reorderStretches, reorderSkips        prometheus.Counter
 	holdNow                               prometheus.Gauge
 
@@ -34,6 +35,7 @@ func newPeerMetrics(m *metrics.Set, peer string) peerMetrics {
 		reorderHeld: m.ReorderHeld.WithLabelValues(peer), reorderLost: m.ReorderLost.WithLabelValues(peer),
 		reorderHold: m.ReorderHold.WithLabelValues(peer), duplicates: m.Duplicates.WithLabelValues(peer),
 		latePackets: m.LatePackets.WithLabelValues(peer), lateCopies: m.LateCopies.WithLabelValues(peer),
+		sparseSent: m.SparseSent.WithLabelValues(peer), sparseAhead: m.SparseAhead.WithLabelValues(peer),
 		reorderStretches: m.ReorderStretches.WithLabelValues(peer), reorderSkips: m.ReorderSkips.WithLabelValues(peer),
 		holdNow: m.ReorderHoldNow.WithLabelValues(peer),
 

@@ -54,6 +54,8 @@ type SessionConfig struct {
 	// LossRepair: ask the peer to send again what a link lost at random, and deliver
 	// it late (repair.go).
 	LossRepair bool
+	// SparseFlows: mark the packets of sparse flows (sparse.go).
+	SparseFlows bool
 }
 
 // sendStall is how long a write to a link's socket may take before the time counts as
@@ -119,6 +121,10 @@ type Session struct {
 	dropped  droppedPacket
 	carrying float64
 	kept     keptPackets // the latest data packets sent, for a rescue (rescue.go)
+	// sparse and sparseMargin find the packets of sparse flows (sparse.go). Guarded by
+	// txMu; the margin is set with the schedule, 0 when sparse_flows is off.
+	sparse       sparseFlows
+	sparseMargin int64
 	// backupReturn keeps backup links as overflow links for a while after the
 	// primaries are back (backupreturn.go). Guarded by txMu.
 	backupReturn backupReturn
@@ -326,13 +332,18 @@ func (s *Session) stripe(k *keyGen, now int64, buf []byte) bool {
 		return false
 	}
 	seq := s.takeSeq()
+	var flags uint8
+	if backlog, _ := s.sched.Backlog(now, primary); s.sparse.mark(buf[wire.HeaderLen:], now, now+backlog, s.sparseMargin) {
+		flags = wire.FlagSparse
+		s.pm.sparseSent.Inc()
+	}
 	standby, toStandby := s.sched.StandbyCopy(now, len(buf)+20+8, int64(standbyCopyBacklog), dup, hasDup)
-	s.sendDataOn(primary, k, seq, 0, hasDup || toStandby, now, buf)
+	s.sendDataOn(primary, k, seq, flags, hasDup || toStandby, now, buf)
 	if hasDup {
-		s.sendDataOn(dup, k, seq, wire.FlagDuplicate, true, now, buf)
+		s.sendDataOn(dup, k, seq, flags|wire.FlagDuplicate, true, now, buf)
 	}
 	if toStandby {
-		s.sendDataOn(standby, k, seq, wire.FlagDuplicate, true, now, buf)
+		s.sendDataOn(standby, k, seq, flags|wire.FlagDuplicate, true, now, buf)
 	}
 	return true
 }
@@ -546,6 +557,9 @@ func (s *Session) refreshSchedule() {
 	now := clock.Nanos()
 	began, ended := s.backupReturn.apply(params, now)
 	s.sched.SetLinks(params)
+	if s.cfg.SparseFlows {
+		s.sparseMargin = sparseMargin(params, rtts)
+	}
 	if s.aqm != nil {
 		target := int64(aqmTarget(s.cfg.AQMTarget, s.cfg.AQMMaxTarget, params))
 		s.aqm.SetTarget(target)
@@ -850,9 +864,12 @@ func (s *Session) receive(h *wire.Header, pkt []byte, from netip.AddrPort, now t
 			s.rxInFlight--
 			counted = false
 		}
-		if h.Flags&wire.FlagDuplicate != 0 {
+		switch {
+		case h.Flags&wire.FlagSparse != 0: // copies too: a late one is delivered either way
+			s.reseq.PushSparse(nanos, h.Seq, h.LinkID, pkt[wire.HeaderLen:], s.deliver)
+		case h.Flags&wire.FlagDuplicate != 0:
 			s.reseq.PushCopy(nanos, h.Seq, h.LinkID, pkt[wire.HeaderLen:], s.deliver) // late copies too (rescue.go)
-		} else {
+		default:
 			s.reseq.Push(nanos, h.Seq, h.LinkID, pkt[wire.HeaderLen:], s.deliver)
 		}
 		s.armHoldTimer(nanos)
@@ -1392,6 +1409,7 @@ func (s *Session) publishReseqStats() {
 			"late", st.Late-prev.Late, "hold", hold)
 	}
 	s.pm.lateCopies.Add(float64(st.LateCopies - prev.LateCopies))
+	s.pm.sparseAhead.Add(float64(st.Ahead - prev.Ahead))
 	s.pm.reorderSkips.Add(float64(st.OverflowSkips - prev.OverflowSkips))
 	// Mean hold time = rate(reorder_hold_seconds_total) / rate(reorder_held_packets_total).
 	s.pm.reorderHold.Add(float64(st.HoldTimeNsSum-prev.HoldTimeNsSum) / 1e9)

@@ -152,6 +152,10 @@ func goldenSpecs() []spec {
 
 	dupHdr := dataHdr
 	dupHdr.Flags, dupHdr.LinkID, dupHdr.LinkSeq = wire.FlagDuplicate, 3, 9
+	sparseHdr := dataHdr
+	sparseHdr.Flags, sparseHdr.Seq, sparseHdr.LinkSeq = wire.FlagSparse, 1200, 80
+	sparseDupHdr := sparseHdr
+	sparseDupHdr.Flags, sparseDupHdr.LinkID = wire.FlagSparse|wire.FlagDuplicate, 2
 	wrapHdr := dataHdr
 	wrapHdr.Seq, wrapHdr.LinkSeq, wrapHdr.Timestamp = 0xffffffff, 0xffffffff, 0xffffffff
 	wrappedHdr := wrapHdr
@@ -227,6 +231,8 @@ func goldenSpecs() []spec {
 		{name: "data_ipv4", key: sipPaperKey, pkt: dataV4},
 		{name: "data_ipv6", key: sipPaperKey, pkt: dataV6},
 		{name: "data_duplicate", key: sipPaperKey, pkt: sealed(sipPaperKey, dupHdr, innerIPv4UDP())},
+		{name: "data_sparse", key: sipPaperKey, pkt: sealed(sipPaperKey, sparseHdr, innerIPv4UDP())},
+		{name: "data_sparse_duplicate", key: sipPaperKey, pkt: sealed(sipPaperKey, sparseDupHdr, innerIPv6UDP())},
 		{name: "data_seq_ffffffff", key: sipPaperKey, pkt: sealed(sipPaperKey, wrapHdr, innerIPv4UDP())},
 		{name: "data_seq_wrapped_to_0", key: sipPaperKey, pkt: sealed(sipPaperKey, wrappedHdr, innerIPv6UDP())},
 		// The DATA tag covers the header only: a changed inner packet still verifies.
@@ -284,6 +290,9 @@ func goldenSpecs() []spec {
 		// The mac2 flag is defined for HANDSHAKE_INIT only.
 		{name: "bad_flags_mac2_on_handshake_resp", key: auth.MacKey(*cpePub), pub: cpePub, pkt: resealed(auth.MacKey(*cpePub), hsResp, setByte(1, wire.FlagMac2)), reason: wire.ReasonBadFlags},
 		{name: "bad_flags_mac2_on_cookie_reply", key: auth.MacKey(*headendPub), pub: headendPub, pkt: resealed(auth.MacKey(*headendPub), cookieReply, setByte(1, wire.FlagMac2)), reason: wire.ReasonBadFlags},
+		{name: "bad_flags_0x08", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, setByte(1, 0x08)), reason: wire.ReasonBadFlags},
+		// The sparse flag is defined for DATA only.
+		{name: "bad_flags_sparse_on_probe", key: ctrlKey, pkt: resealed(ctrlKey, probe, setByte(1, wire.FlagSparse)), reason: wire.ReasonBadFlags},
 		// A bad version wins over a bad type and bad flags: the check order is fixed.
 		{name: "bad_version_type_and_flags", key: sipPaperKey, pkt: resealed(sipPaperKey, dataV4, func(b []byte) []byte { b[0], b[1] = 0xf0, 0xff; return b }), reason: wire.ReasonBadVersion},
 

@@ -101,8 +101,16 @@ const FlagDuplicate uint8 = 0x01
 // On any other type it is bad_flags.
 const FlagMac2 uint8 = 0x02
 
+// FlagSparse marks a DATA packet of a sparse flow: the sender sent the flow's previous
+// packet at least the links' largest RTT before this one, so that packet has arrived
+// (or is lost) by now, and the receiver may deliver this one as soon as it comes, ahead
+// of any gap before it, unless it still holds a packet of the same flow. A ping or a
+// DNS query during a bulk transfer then does not wait for the bulk's reordering
+// (docs/architecture.md, Resequencing). On any other type it is bad_flags.
+const FlagSparse uint8 = 0x04
+
 // knownFlags are the flag bits version 1 defines; any other bit set is bad_flags.
-const knownFlags = FlagDuplicate | FlagMac2
+const knownFlags = FlagDuplicate | FlagMac2 | FlagSparse
 
 // Header is the fixed 28-byte aggd header. Tag is carried as is: Put writes it and
 // ParseHeader reads it, but computing and checking it is package auth's job.
@@ -167,6 +175,9 @@ func ParseHeader(b []byte) (Header, error) {
 	if flags&FlagMac2 != 0 && t != TypeHandshakeInit {
 		return Header{}, errorf(ReasonBadFlags, "the mac2 flag is set on a %s (only a handshake_init carries a mac2)", t)
 	}
+	if flags&FlagSparse != 0 && t != TypeData {
+		return Header{}, errorf(ReasonBadFlags, "the sparse flag is set on a %s (only data carries it)", t)
+	}
 	return Header{
 		Type:      t,
 		Flags:     flags,
@@ -182,6 +193,9 @@ func ParseHeader(b []byte) (Header, error) {
 
 // Duplicate reports whether the header carries FlagDuplicate.
 func (h *Header) Duplicate() bool { return h.Flags&FlagDuplicate != 0 }
+
+// Sparse reports whether the header carries FlagSparse.
+func (h *Header) Sparse() bool { return h.Flags&FlagSparse != 0 }
 
 // HasMac2 reports whether the header carries FlagMac2.
 func (h *Header) HasMac2() bool { return h.Flags&FlagMac2 != 0 }

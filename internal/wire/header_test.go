@@ -67,7 +67,8 @@ func TestParseHeaderRejects(t *testing.T) {
 		{"type 12", with(0, 0x1c), ReasonBadType},
 		{"type 15", with(0, 0x1f), ReasonBadType},
 		{"flag 0x02 (mac2) on a data", with(1, 0x02), ReasonBadFlags},
-		{"flag 0x04", with(1, 0x04), ReasonBadFlags},
+		{"flag 0x08", with(1, 0x08), ReasonBadFlags},
+		{"flag 0x04 (sparse) on a probe", []byte{Version<<4 | uint8(TypeProbe), FlagSparse, HeaderLen - 1: 0}, ReasonBadFlags},
 		{"flag 0x80", with(1, 0x80), ReasonBadFlags},
 		{"version checked before type", with(0, 0x20), ReasonBadVersion},
 	}
