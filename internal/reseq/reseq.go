@@ -249,16 +249,10 @@ func (r *Resequencer) PushSparse(now int64, seq uint32, link uint8, pkt []byte, 
 		return
 	}
 	r.observe(now)
-	if seq-r.next >= r.maxSpan {
-		r.forceTo(seq-r.maxSpan+1, deliver)
-		r.drain(deliver)
-	}
+	r.reach(seq, deliver)
 	if r.next == seq {
 		r.deliverDirect(pkt, deliver)
 	} else {
-		if r.ring.stateAt(r.next, seq) == lostMarked {
-			r.ring.marked-- // the sender gave it up, yet here it is
-		}
 		r.ring.ensure(r.next, seq-r.next, r.maxSpan)
 		deliver(pkt)
 		r.stats.Delivered++
@@ -341,15 +335,7 @@ func (r *Resequencer) Expire(now int64, deliver func([]byte)) {
 // store holds a packet ahead of a gap, first making room under the caps by skipping
 // the oldest gaps. If that brings the packet's turn, it is delivered instead.
 func (r *Resequencer) store(seq uint32, pkt []byte, deliver func([]byte)) {
-	if r.ring.stateAt(r.next, seq) == lostMarked {
-		// The sender gave it up, yet here it is: keep the data.
-		r.ring.at(seq).state = empty
-		r.ring.marked--
-	}
-	if seq-r.next >= r.maxSpan {
-		r.forceTo(seq-r.maxSpan+1, deliver)
-		r.drain(deliver)
-	}
+	r.reach(seq, deliver)
 	for r.ring.held > 0 && r.next != seq && (r.ring.held >= r.maxPackets || r.heldBytes+len(pkt) > r.maxBytes) {
 		r.skipGap(byOverflow, seq, true)
 		r.drain(deliver)
@@ -369,6 +355,21 @@ func (r *Resequencer) store(seq uint32, pkt []byte, deliver func([]byte)) {
 	r.flows.add(b)
 	r.heldBytes += len(buf)
 	r.stats.Held++
+}
+
+// reach readies the slot of seq, ahead of next, for a packet that came: a loss marker
+// on it is lifted (the sender gave it up, yet here it is: keep the data), and if seq lies
+// beyond the span the buffer covers, the oldest numbers are resolved until it does not.
+// That may bring next to seq.
+func (r *Resequencer) reach(seq uint32, deliver func([]byte)) {
+	if r.ring.stateAt(r.next, seq) == lostMarked {
+		r.ring.at(seq).state = empty
+		r.ring.marked--
+	}
+	if seq-r.next >= r.maxSpan {
+		r.forceTo(seq-r.maxSpan+1, deliver)
+		r.drain(deliver)
+	}
 }
 
 // release resolves everything it can at the front of the buffer: held packets and

@@ -333,9 +333,8 @@ func (s *Session) stripe(k *keyGen, now int64, buf []byte) bool {
 	}
 	seq := s.takeSeq()
 	var flags uint8
-	if backlog, _ := s.sched.Backlog(now, primary); s.sparse.mark(buf[wire.HeaderLen:], now, now+backlog, s.sparseMargin) {
+	if s.cfg.SparseFlows && s.markSparse(now, primary, buf[wire.HeaderLen:]) {
 		flags = wire.FlagSparse
-		s.pm.sparseSent.Inc()
 	}
 	standby, toStandby := s.sched.StandbyCopy(now, len(buf)+20+8, int64(standbyCopyBacklog), dup, hasDup)
 	s.sendDataOn(primary, k, seq, flags, hasDup || toStandby, now, buf)

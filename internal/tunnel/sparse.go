@@ -31,6 +31,18 @@ type sparseFlows struct {
 	lastOut [sparseSlots]int64
 }
 
+// markSparse reports whether inner, about to be sent at now on link primary (its virtual
+// backlog already charged), is the packet of a sparse flow, and counts it if so. Caller
+// holds txMu.
+func (s *Session) markSparse(now int64, primary uint8, inner []byte) bool {
+	backlog, _ := s.sched.Backlog(now, primary)
+	if !s.sparse.mark(inner, now, now+backlog, s.sparseMargin) {
+		return false
+	}
+	s.pm.sparseSent.Inc()
+	return true
+}
+
 // mark reports whether inner, sent at now and leaving its link's queue at out (ns), is
 // the packet of a sparse flow, given margin (ns; 0: none is), and records it. A packet
 // that names no flow (a fragment, not IP) is never sparse.
